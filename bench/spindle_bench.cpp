@@ -1,0 +1,184 @@
+// spindle-bench: the workloads of ../shared/BENCH.md, speaking the peers' protocol:
+//
+//   spindle-bench <workload> <param> <threads>   one measurement line (after a warm-up run of a
+//                                                tenth of the work)
+//   spindle-bench all [threads]                  every supported workload with its default
+//                                                parameter, then a short summary
+//
+// Each line: `spindle <workload> <param> <threads> <seconds> result=<value>` where a wrong result
+// is marked (WRONG), so ../shared/peers/run can put spindle beside the peers.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "spindle/spindle.hpp"
+
+namespace {
+
+using bench_clock = std::chrono::steady_clock;
+
+double seconds_since(bench_clock::time_point start) {
+  return std::chrono::duration<double>(bench_clock::now() - start).count();
+}
+
+struct measurement {
+  double seconds;
+  long result;
+  long expected;
+};
+
+void emit(const char* workload, long param, int threads, const measurement& m) {
+  std::printf("spindle %s %ld %d %.6f result=%ld%s\n", workload, param, threads, m.seconds,
+              m.result, m.result == m.expected ? "" : "(WRONG)");
+  std::fflush(stdout);
+}
+
+// --- skynet: a tree of tasks, 10 children per node -----------------------------------------
+spindle::task<long> skynet(long number, long size) {
+  if (size == 1) co_return number;
+  const long child_size = size / 10;
+  spindle::join_handle<long> children[10];
+  for (long i = 0; i < 10; ++i) children[i] = spindle::spawn(skynet(number + i * child_size, child_size));
+  long sum = 0;
+  for (auto& child : children) sum += co_await child;
+  co_return sum;
+}
+
+measurement run_skynet(long leaves, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  rt.block_on(skynet(0, leaves / 10));  // warm-up: a tenth of the work
+  const auto start = bench_clock::now();
+  const long result = rt.block_on(skynet(0, leaves));
+  return {seconds_since(start), result, leaves * (leaves - 1) / 2};
+}
+
+// --- fib: spawn/join at every call (the fork-join issue replaces this with fork_join) --------
+spindle::task<long> fib(int n) {
+  if (n < 2) co_return n;
+  auto left = spindle::spawn(fib(n - 1));
+  const long right = co_await fib(n - 2);
+  co_return right + co_await left;
+}
+
+long fib_reference(int n) {
+  long a = 0, b = 1;
+  for (int i = 0; i < n; ++i) {
+    const long t = a + b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+measurement run_fib(long n, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  rt.block_on(fib(int(n) - 5));
+  const auto start = bench_clock::now();
+  const long result = rt.block_on(fib(int(n)));
+  return {seconds_since(start), result, fib_reference(int(n))};
+}
+
+// --- submit: a thread the runtime does not own submits N empty tasks, waits for all ----------
+measurement run_submit(long count, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  std::atomic<long> done{0};
+  auto round = [&](long n) {
+    done.store(0);
+    const auto start = bench_clock::now();
+    std::thread foreign([&] {
+      for (long i = 0; i < n; ++i) {
+        rt.spawn([&done, n] {
+          if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) done.notify_one();
+        }).detach();
+      }
+      for (long v = done.load(); v != n; v = done.load()) done.wait(v);
+    });
+    foreign.join();
+    return seconds_since(start);
+  };
+  round(count / 10);
+  const double seconds = round(count);
+  return {seconds, done.load(), count};
+}
+
+using workload_function = measurement (*)(long, int);
+
+struct workload {
+  workload_function run;
+  long default_param;
+};
+
+const std::map<std::string, workload>& workloads() {
+  static const std::map<std::string, workload> table = {
+      {"fib", {&run_fib, 35}},
+      {"skynet", {&run_skynet, 1000000}},
+      {"submit", {&run_submit, 1000000}},
+  };
+  return table;
+}
+
+[[noreturn]] void usage(const char* program) {
+  std::fprintf(stderr,
+               "usage: %s <workload> <param> <threads>\n"
+               "       %s all [threads]\n"
+               "workloads:",
+               program, program);
+  for (const auto& [name, w] : workloads()) std::fprintf(stderr, " %s", name.c_str());
+  std::fprintf(stderr, "\n");
+  std::exit(2);
+}
+
+long parse_positive(const char* text, const char* what, const char* program) {
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value <= 0) {
+    std::fprintf(stderr, "%s: %s must be a positive integer, got '%s'\n", program, what, text);
+    usage(program);
+  }
+  return value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) usage(argv[0]);
+  const std::string name = argv[1];
+  if (name == "all") {
+    const int threads = argc > 2 ? int(parse_positive(argv[2], "threads", argv[0]))
+                                 : int(std::max(1u, std::thread::hardware_concurrency()));
+    bool all_correct = true;
+    std::vector<std::string> summary;
+    for (const auto& [workload_name, w] : workloads()) {
+      const measurement m = w.run(w.default_param, threads);
+      emit(workload_name.c_str(), w.default_param, threads, m);
+      all_correct = all_correct && m.result == m.expected;
+      char line[160];
+      std::snprintf(line, sizeof line, "  %-8s %10ld  %2d threads  %9.4f s  %s", workload_name.c_str(),
+                    w.default_param, threads, m.seconds, m.result == m.expected ? "ok" : "WRONG");
+      summary.emplace_back(line);
+    }
+    std::printf("\nsummary (spindle %s):\n", spindle::version_string());
+    for (const auto& line : summary) std::printf("%s\n", line.c_str());
+    std::printf("compare with peers: python3 ../shared/peers/run bench -t %d --cand "
+                "'build/release/bench/spindle-bench {w} {p} {t}'\n",
+                threads);
+    return all_correct ? 0 : 1;
+  }
+  auto it = workloads().find(name);
+  if (it == workloads().end() || argc < 4) usage(argv[0]);
+  const long param = parse_positive(argv[2], "param", argv[0]);
+  const int threads = int(parse_positive(argv[3], "threads", argv[0]));
+  if (threads > 4096) {
+    std::fprintf(stderr, "%s: threads must be at most 4096\n", argv[0]);
+    return 2;
+  }
+  const measurement m = it->second.run(param, threads);
+  emit(name.c_str(), param, threads, m);
+  return m.result == m.expected ? 0 : 1;
+}

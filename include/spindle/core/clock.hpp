@@ -1,0 +1,58 @@
+// The clock the runtime reads time from, injectable so timer tests run in virtual time.
+//
+// `clock` is the interface; `steady_clock_source` (the default) reads std::chrono::steady_clock;
+// `manual_clock` only moves when a test calls advance(). The runtime subscribes to a manual
+// clock so that advancing it wakes parked executors, which then fire the timers that became due.
+// Executors never sleep on a manual clock's deadlines: they park until advanced or notified.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace spindle {
+
+using clock_duration = std::chrono::nanoseconds;
+using clock_time = std::chrono::time_point<std::chrono::steady_clock, clock_duration>;
+
+class clock {
+ public:
+  virtual ~clock() = default;
+  virtual clock_time now() const noexcept = 0;
+  // True when time moves on its own (parking may time out at a deadline); false for clocks
+  // that move only when told to (parking waits for a notification instead).
+  virtual bool is_real_time() const noexcept { return true; }
+  // Called by the runtime: `on_advance` runs (on the advancing thread) whenever time jumps.
+  // Real-time clocks ignore it.
+  virtual void subscribe(void* owner, std::function<void()> on_advance) { (void)owner; (void)on_advance; }
+  virtual void unsubscribe(void* owner) { (void)owner; }
+};
+
+class steady_clock_source final : public clock {
+ public:
+  clock_time now() const noexcept override {
+    return std::chrono::time_point_cast<clock_duration>(std::chrono::steady_clock::now());
+  }
+  static steady_clock_source& instance() noexcept;
+};
+
+class manual_clock final : public clock {
+ public:
+  explicit manual_clock(clock_time start = clock_time{}) : now_(start) {}
+  clock_time now() const noexcept override;
+  bool is_real_time() const noexcept override { return false; }
+  void advance(clock_duration by);
+  void set(clock_time to);  // must not go backwards
+  void subscribe(void* owner, std::function<void()> on_advance) override;
+  void unsubscribe(void* owner) override;
+
+ private:
+  void notify();
+  mutable std::mutex mutex_;
+  clock_time now_;
+  std::vector<std::pair<void*, std::function<void()>>> subscribers_;
+};
+
+}  // namespace spindle

@@ -1,0 +1,187 @@
+// The shared state of one runtime: the registry of executors, the injector, the idle
+// coordination (who is parked, who is searching), placement, and shutdown.
+//
+// Registry (C2). A fixed array of `max_executors` slots; executors [0, live) are running.
+// Appending (start or add_executor) is serialised by `registry_mutex_`: the slot is written
+// first (release), then `live_` is incremented (release). Readers load `live_` (acquire) and may
+// then read slots [0, live) without a lock; slots are never cleared while the runtime lives, so a
+// reader's snapshot stays valid. Executor ids are slot indices: dense, and recycled with the
+// runtime (a new runtime starts again at 0), so they never grow without bound.
+//
+// Idle coordination (C7), after Tokio's scheduler:
+//   idle_state_ packs (searching << 32 | unparked). `unparked` counts executors not parked;
+//   `searching` counts those looking for work to steal. Invariant: searching <= unparked.
+//   sleepers_ (under sleepers_mutex_) lists parked executors.
+//   - notify_work_available(): called after publishing work. seq_cst fence, then if nobody is
+//     searching and someone is parked, wakes one sleeper as a searcher. The fence pairs with the
+//     parking executor's fence (Dekker): either the parker's re-check sees the new work, or the
+//     notifier sees the parker registered as a sleeper and wakes it. No lost wake-ups.
+//   - Bounded searchers: an executor may start searching only while 2 * searching < executors.
+//   - The last searcher to find work wakes another searcher (there may be more work).
+//
+// Parking protocol (seed 003, PARKING -> re-check -> PARKED -> wait), per executor:
+//   1. PARKING: under sleepers_mutex_ add self to sleepers_, decrement unparked (and searching
+//      if it was searching).
+//   2. re-check: fence, then look at every work source (inbox, own and other injector shards,
+//      other executors' local queues). If something is there: remove self from sleepers_ (if a
+//      notifier has not already) and go back to the loop.
+//   3. PARKED: wait on the park driver until notified or the next timer deadline.
+//   4. On waking: if still in sleepers_ (timeout or spurious wake), remove self and count as
+//      unparked; else the notifier already did that and made us a searcher.
+//
+// Shutdown steps (runtime_core::shutdown):
+//   1. set stopping_ (spawns are refused from now on, see task::runtime);
+//   2. unpark every executor; each leaves its loop at the next check of stopping_;
+//   3. join every worker thread (or, when called from a worker, detach: the last worker out
+//      finishes the shutdown);
+//   4. drain: every runnable still in a local queue, an inbox or the injector is dropped exactly
+//      once (runnable::drop);
+//   5. the task layer then destroys tasks that were suspended (not in any queue).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "spindle/core/clock.hpp"
+#include "spindle/core/executor.hpp"
+#include "spindle/core/injector.hpp"
+#include "spindle/core/runnable.hpp"
+
+namespace spindle::core {
+
+struct runtime_options {
+  // Worker threads started with the runtime; 0 means one per hardware thread.
+  std::uint32_t workers = 0;
+  // Capacity of the registry: the most executors add_executor() can ever reach.
+  std::uint32_t max_executors = 256;
+  // Runnables an executor runs before it must fire timers / poll I/O (seed 003 default).
+  std::uint32_t budget = 64;
+  // The loop checks its injector shard first every this many iterations (fairness to remote
+  // work), and takes its oldest local item instead of the newest every
+  // `local_fairness_interval` iterations (fairness to old local work; rarer, because every such
+  // pop starts a fresh subtree and widens the depth-first working set, see executor-loop.md).
+  std::uint32_t injector_check_interval = 61;
+  std::uint32_t local_fairness_interval = 1021;
+  // Time source; null means the steady clock. Must outlive the runtime.
+  spindle::clock* clock = nullptr;
+  // Called on each worker thread when it starts (e.g. to set thread names); may be empty.
+  std::function<void(std::uint32_t executor_index)> on_worker_start;
+};
+
+class runtime_core final : public scheduler {
+ public:
+  explicit runtime_core(runtime_options options);
+  ~runtime_core();
+  runtime_core(const runtime_core&) = delete;
+  runtime_core& operator=(const runtime_core&) = delete;
+
+  // Starts options.workers executors. Separate from the constructor so a shared_ptr to *this
+  // exists before threads start (workers keep the core alive, see shutdown).
+  void start(std::shared_ptr<runtime_core> self);
+
+  // scheduler: pushes from a worker go to its local queue; from anywhere else to the injector
+  // shard of the less loaded of two random executors (P2C), then an idle executor is woken.
+  void schedule(runnable* r, schedule_hint hint) noexcept override;
+  // Queues `r` on a specific executor (its inbox); it runs there, it is never stolen.
+  void schedule_on(std::uint32_t executor_index, runnable* r) noexcept;
+
+  // Adds one executor while running; returns its index. Throws usage_error at capacity and
+  // runtime_stopped after shutdown began.
+  std::uint32_t add_executor();
+
+  std::uint32_t executor_count() const noexcept {
+    // acquire: pairs with the release increment in append, making the slot's pointer visible.
+    return live_.load(std::memory_order_acquire);
+  }
+  executor& executor_at(std::uint32_t index) const noexcept {
+    // acquire: pairs with the release store in append (index < executor_count()).
+    return *slots_[index].load(std::memory_order_acquire);
+  }
+  // Picks the less loaded of two random executors (the caller's RNG state is advanced).
+  std::uint32_t pick_two_choices(std::uint32_t& random_state) const noexcept;
+
+  const runtime_options& options() const noexcept { return options_; }
+  spindle::clock& clock() const noexcept { return *clock_; }
+  injector& global_injector() noexcept { return injector_; }
+  bool stopping() const noexcept {
+    // acquire: pairs with the release store in shutdown.
+    return stopping_.load(std::memory_order_acquire);
+  }
+  // True when the calling thread is one of this runtime's workers.
+  bool is_worker_thread() const noexcept;
+
+  // See the shutdown steps above. Idempotent. Called from one of this runtime's own workers it
+  // cannot wait for itself: it starts the shutdown and returns; the last worker to leave its
+  // loop finishes steps 4 and 5.
+  void shutdown() noexcept;
+  // Step 5 hook, run once after every worker has left its loop (the task layer destroys the
+  // tasks that were still suspended). Set before start().
+  void set_on_stopped(std::function<void()> hook) { on_stopped_ = std::move(hook); }
+  // An opaque pointer for the layer built on top (the task layer's per-runtime state), so code
+  // running on a worker can find it from executor::current()->core(). Set before start().
+  void set_layer_state(void* state) noexcept { layer_state_ = state; }
+  void* layer_state() const noexcept { return layer_state_; }
+
+  // Wakes one parked executor (preferably `preferred`) if nobody is searching, after work was
+  // published.
+  static constexpr std::uint32_t no_preference = ~std::uint32_t(0);
+  void notify_work_available(std::uint32_t preferred = no_preference) noexcept;
+  // The same, for callers whose publication was itself a seq_cst read-modify-write (a local
+  // queue push): that RMW already orders the publication before our load of the idle state, so
+  // the fence is skipped (see parking.md).
+  void notify_after_seq_cst_publish() noexcept;
+  std::uint32_t unparked_count() const noexcept {
+    // relaxed: a hint for how long to park.
+    return std::uint32_t(idle_state_.load(std::memory_order_relaxed));
+  }
+  void unpark_all() noexcept;
+
+ private:
+  friend class executor;
+  std::uint32_t append_executor();
+  void start_thread(std::uint32_t index);
+
+  // Idle coordination (see above).
+  bool transition_to_searching() noexcept;
+  // Returns true if this was the last searcher.
+  bool transition_from_searching() noexcept;
+  void transition_to_parked(std::uint32_t index, bool was_searching) noexcept;
+  // Removes `index` from the sleepers if still there; returns true if it did.
+  bool cancel_park(std::uint32_t index) noexcept;
+  bool any_work_visible(std::uint32_t self_index) const noexcept;
+  void wake_one_if_idle(std::uint32_t preferred) noexcept;
+  void drain_queues() noexcept;
+  void finish_shutdown() noexcept;
+  void worker_exited() noexcept;
+
+  runtime_options options_;
+  spindle::clock* clock_;
+  std::unique_ptr<std::atomic<executor*>[]> slots_;
+  std::vector<std::unique_ptr<executor>> owned_executors_;  // guarded by registry_mutex_
+  std::vector<std::thread> threads_;                         // guarded by registry_mutex_
+  std::mutex registry_mutex_;
+  alignas(cache_line_size) std::atomic<std::uint32_t> live_{0};
+  injector injector_;
+
+  alignas(cache_line_size) std::atomic<std::uint64_t> idle_state_{0};
+  std::mutex sleepers_mutex_;
+  std::vector<std::uint32_t> sleepers_;      // guarded by sleepers_mutex_
+  std::vector<std::uint8_t> is_sleeping_;    // guarded by sleepers_mutex_, per executor
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> shut_down_{false};
+  std::weak_ptr<runtime_core> self_;
+  std::atomic<std::uint32_t> workers_running_{0};
+  std::atomic<bool> detached_{false};
+  std::atomic<bool> finished_{false};
+  std::function<void()> on_stopped_;
+  void* layer_state_ = nullptr;
+};
+
+}  // namespace spindle::core

@@ -1,0 +1,170 @@
+// join_handle<T>: the owner's handle to a spawned task.
+//
+//   co_await std::move(handle)  - inside a task: waits for the result (or rethrows the task's
+//                                 exception, or throws task_cancelled); consumes the handle.
+//   handle.join()               - on a plain thread: blocks for the same outcome. On a worker
+//                                 thread of a runtime it throws usage_error (it would block an
+//                                 executor; await instead).
+//   handle.cancel()             - requests cancellation (see task/cancellation.hpp).
+//   handle.detach()             - gives the task up: it runs to completion on its own.
+//   handle.status()/is_finished - polls without waiting.
+// A handle that was joined or detached is empty: joining or awaiting it again throws
+// usage_error. Dropping a handle detaches the task (it keeps running), like std::jthread's
+// opposite and like Tokio's JoinHandle.
+//
+// Identity: `id()` is the task's generational id (slot index + serial, task_table.hpp): once the
+// task completes its slot's serial moves on, so an id kept around never names a newer task
+// (runtime::is_live(id) tells). The handle itself holds a counted reference to the task's
+// state, so a handle can never reach a different task either.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+#include "spindle/core/errors.hpp"
+#include "spindle/task/spawned_task.hpp"
+#include "spindle/task/task.hpp"
+
+namespace spindle {
+
+namespace detail {
+
+template <class T>
+class spawned_task final : public spawned_task_base {
+ public:
+  static spawned_task* create(core::scheduler& scheduler, task<T> body) {
+    void* memory = core::allocate_frame(sizeof(spawned_task));
+    return ::new (memory) spawned_task(scheduler, std::move(body));
+  }
+  T take_result() { return body_.handle().promise().take_result(); }
+
+ private:
+  spawned_task(core::scheduler& scheduler, task<T> body) noexcept
+      : spawned_task_base(scheduler, body.handle(), &destroy_self, &destroy_body),
+        body_(std::move(body)) {
+    body_.handle().promise().set_root(this);
+  }
+  static void destroy_body(spawned_task_base* self) noexcept {
+    static_cast<spawned_task*>(self)->body_ = task<T>();
+  }
+  static void destroy_self(spawned_task_base* self) noexcept {
+    auto* typed = static_cast<spawned_task*>(self);
+    typed->~spawned_task();
+    core::deallocate_frame(typed);
+  }
+  task<T> body_;
+};
+
+// Blocks a plain thread until a task completes.
+struct thread_waker : completion_waker {
+  std::atomic<std::uint32_t> signalled{0};
+  thread_waker() noexcept : completion_waker{&wake_thread} {}
+  static void wake_thread(completion_waker* self) noexcept {
+    auto* w = static_cast<thread_waker*>(self);
+    // release: the joined task's outcome (already published) is visible after the wait.
+    w->signalled.store(1, std::memory_order_release);
+    w->signalled.notify_one();
+  }
+  void wait() noexcept {
+    // acquire: pairs with the release above.
+    while (signalled.load(std::memory_order_acquire) == 0) signalled.wait(0, std::memory_order_acquire);
+  }
+};
+
+bool on_worker_thread() noexcept;
+
+// Awaiting a spawned task from another task: a cancellable wait (S2/S3 in spawned_task.hpp).
+class join_awaiter_base : public completion_waker, public cancellable_wait {
+ public:
+  explicit join_awaiter_base(spawned_task_base* target) noexcept
+      : completion_waker{&wake_joiner}, target_(target) {}
+  bool await_ready() const noexcept { return target_->is_complete(); }
+  bool await_suspend(std::coroutine_handle<> h);
+  bool try_cancel() noexcept override;
+
+ protected:
+  void finish_wait();
+  spawned_task_base* target_;
+
+ private:
+  static void wake_joiner(completion_waker* self) noexcept;
+  spawned_task_base* joiner_ = nullptr;
+  bool cancelled_ = false;
+};
+
+}  // namespace detail
+
+template <class T>
+class [[nodiscard]] join_handle {
+ public:
+  join_handle() noexcept = default;
+  explicit join_handle(detail::spawned_task<T>* task) noexcept : task_(task) {}
+  join_handle(join_handle&& other) noexcept : task_(std::exchange(other.task_, nullptr)) {}
+  join_handle& operator=(join_handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      task_ = std::exchange(other.task_, nullptr);
+    }
+    return *this;
+  }
+  join_handle(const join_handle&) = delete;
+  join_handle& operator=(const join_handle&) = delete;
+  ~join_handle() { reset(); }
+
+  bool valid() const noexcept { return task_ != nullptr; }
+  task_id id() const { return checked()->id(); }
+  bool is_finished() const { return checked()->is_complete(); }
+  task_status status() const { return checked()->status(); }
+  void cancel() const { checked()->request_cancel(); }
+  void detach() noexcept { reset(); }
+
+  // Blocking join from a plain thread.
+  T join() {
+    checked();
+    if (detail::on_worker_thread()) {
+      throw usage_error("spindle: join_handle::join() on a worker thread; use co_await");
+    }
+    detail::thread_waker waiter;
+    if (task_->register_joiner(&waiter)) waiter.wait();
+    return consume();
+  }
+
+  class awaiter : public detail::join_awaiter_base {
+   public:
+    explicit awaiter(join_handle& owner) : join_awaiter_base(owner.checked()), owner_(owner) {}
+    T await_resume() {
+      finish_wait();
+      return owner_.consume();
+    }
+
+   private:
+    join_handle& owner_;
+  };
+  awaiter operator co_await() & { return awaiter(*this); }
+  awaiter operator co_await() && { return awaiter(*this); }
+
+ private:
+  detail::spawned_task<T>* checked() const {
+    if (task_ == nullptr) {
+      throw usage_error("spindle: empty join_handle (already joined, detached or moved from)");
+    }
+    return task_;
+  }
+  // Completed: hand out the outcome and drop the reference.
+  T consume() {
+    detail::spawned_task<T>* t = std::exchange(task_, nullptr);
+    struct releaser {
+      detail::spawned_task<T>* task;
+      ~releaser() { task->release(); }
+    } guard{t};
+    if (t->outcome() == detail::spawned_task_base::outcome_kind::cancelled) throw task_cancelled();
+    return t->take_result();
+  }
+  void reset() noexcept {
+    if (task_ != nullptr) std::exchange(task_, nullptr)->release();
+  }
+  detail::spawned_task<T>* task_ = nullptr;
+};
+
+}  // namespace spindle

@@ -1,0 +1,142 @@
+// spindle::runtime: the multi-core runtime a program creates, and spawn().
+//
+//   spindle::runtime rt;                        // one executor per hardware thread
+//   spindle::runtime rt({.workers = 4});
+//   auto h = rt.spawn(my_task(42));             // from anywhere: P2C placement
+//   int v = h.join();                           // block a plain thread on the result
+//   int w = rt.block_on(my_task(7));            // spawn + join
+//   // inside a task:
+//   auto child = spindle::spawn(other());       // on the current executor (LIFO slot)
+//   co_await std::move(child);
+//
+// The runtime owns a runtime_core (executors, queues, parking) and the task table: every
+// spawned task has a slot from spawn to completion, so shutdown can destroy tasks that are
+// suspended forever (and diagnostics can list them), and ids are generational.
+//
+// Shutdown (destructor or shutdown()): new spawns throw runtime_stopped; queued tasks are
+// dropped and suspended tasks destroyed, each exactly once; their handles report cancelled.
+// Destroying the runtime from one of its own workers does not deadlock: the shutdown starts and
+// the last worker to leave finishes it. Functions posted with spawn() must not outlive objects
+// they reference, as usual.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+
+#include "spindle/core/errors.hpp"
+#include "spindle/core/runtime_core.hpp"
+#include "spindle/task/join_handle.hpp"
+#include "spindle/task/task.hpp"
+
+namespace spindle {
+
+using runtime_options = core::runtime_options;
+
+namespace detail {
+
+// The task layer's per-runtime state, reachable from workers via runtime_core::layer_state().
+struct runtime_state {
+  std::shared_ptr<core::runtime_core> core;
+  task_table tasks;
+  explicit runtime_state(std::uint32_t executors) : tasks(executors) {}
+  // Shutdown step 5: abandons every task still in the table.
+  void abandon_all() noexcept;
+};
+
+// Index of the calling worker if it belongs to `core`'s runtime, else -1.
+std::int32_t current_executor_index(const core::runtime_core& core) noexcept;
+
+runtime_state* current_runtime_state() noexcept;
+
+template <class T>
+join_handle<T> spawn_in(runtime_state& state, task<T> body) {
+  if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
+  if (state.core->stopping()) throw runtime_stopped();
+  auto* spawned = spawned_task<T>::create(*state.core, std::move(body));
+  spawned->enter_table(state.tasks, current_executor_index(*state.core));
+  state.core->schedule(spawned, core::schedule_hint::spawn);
+  return join_handle<T>(spawned);
+}
+
+template <class T>
+inline constexpr bool is_task_v = false;
+template <class T>
+inline constexpr bool is_task_v<task<T>> = true;
+
+template <class F>
+auto as_task(F function) -> task<std::invoke_result_t<F&>> {
+  co_return function();
+}
+
+}  // namespace detail
+
+class runtime {
+ public:
+  explicit runtime(runtime_options options = {});
+  ~runtime();
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  // Spawns a task; from a worker of this runtime it goes to that executor's queue, from
+  // anywhere else to the less loaded of two random executors. Throws runtime_stopped after
+  // shutdown began.
+  template <class T>
+  join_handle<T> spawn(task<T> body) {
+    return detail::spawn_in(*state_, std::move(body));
+  }
+  // Spawns a plain callable as a task (its result, or exception, is the task's outcome).
+  template <class F>
+    requires(!detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
+  auto spawn(F&& function) {
+    return spawn(detail::as_task(std::decay_t<F>(std::forward<F>(function))));
+  }
+  // Spawns on one specific executor (its inbox); the task runs there first.
+  template <class T>
+  join_handle<T> spawn_on(std::uint32_t executor_index, task<T> body);
+
+  // Spawns and blocks the calling (plain) thread until the task finishes.
+  template <class T>
+  T block_on(task<T> body) {
+    return spawn(std::move(body)).join();
+  }
+
+  // Adds one executor while running (C1); returns its index.
+  std::uint32_t add_executor() { return state_->core->add_executor(); }
+  std::uint32_t executor_count() const noexcept { return state_->core->executor_count(); }
+  core::runtime_core& core() const noexcept { return *state_->core; }
+  // Number of spawned tasks not yet completed (a scan: for tests and diagnostics).
+  std::size_t live_tasks() const noexcept { return state_->tasks.live_count(); }
+  // Whether the task with this id is still live (ids are generational: never a newer task).
+  bool is_live(task_id id) const noexcept { return state_->tasks.contains(id); }
+
+  // Stops the runtime (see above). Idempotent; the destructor calls it.
+  void shutdown() noexcept;
+
+ private:
+  std::shared_ptr<detail::runtime_state> state_;
+};
+
+template <class T>
+join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body) {
+  if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
+  if (executor_index >= executor_count()) throw usage_error("spindle: no such executor");
+  if (state_->core->stopping()) throw runtime_stopped();
+  auto* spawned = detail::spawned_task<T>::create(*state_->core, std::move(body));
+  spawned->enter_table(state_->tasks, detail::current_executor_index(*state_->core));
+  state_->core->schedule_on(executor_index, spawned);
+  return join_handle<T>(spawned);
+}
+
+// Spawns onto the runtime running the calling task. Throws usage_error when called outside a
+// runtime's worker thread.
+template <class T>
+join_handle<T> spawn(task<T> body) {
+  detail::runtime_state* state = detail::current_runtime_state();
+  if (state == nullptr) throw usage_error("spindle::spawn called outside a runtime worker");
+  return detail::spawn_in(*state, std::move(body));
+}
+
+}  // namespace spindle

@@ -1,0 +1,184 @@
+// A spawned task: the schedulable unit that runs one chain of task<T> coroutines.
+//
+// Participants
+//   - the executor running it (calls run: resumes `resume_point` through the trampoline);
+//   - wakers: whoever completes what the task waits on (a timer, a lock release, a child's
+//     completion) calls wake() exactly once per wait;
+//   - the join handle (one owner): reads status, requests cancellation, registers a joiner;
+//   - cancellers (any thread, through the handle or a structured parent).
+//
+// State word `flags` (atomic):
+//   complete         - the root coroutine finished (value, exception or cancelled), outcome set
+//   cancel_requested - cancellation asked for; observed at the next suspension point
+//   join_waiting     - `joiner` is registered and must be woken on completion
+//   locked           - spin lock bit guarding `wait` (the current cancellable wait)
+// Invariants
+//   (S1) `outcome` and the root's result are written before `complete` is set (release), and
+//        read only after `complete` was observed (acquire).
+//   (S2) `joiner` is written before `join_waiting` is set (release, by CAS), and read by the
+//        completer only if it is the one to clear `join_waiting` together with setting
+//        `complete` (CAS). A joiner withdrawing (cancelled while joining) clears
+//        `join_waiting` by CAS only while `complete` is clear. Exactly one of the two wins.
+//   (S3) `wait` is read or written only with `locked` held. A task sets it while registering
+//        with a primitive (lock held across the registration), clears it when it resumes; a
+//        canceller calls wait->try_cancel() with the lock held, so the awaiter cannot be
+//        destroyed under it and cannot finish registering concurrently.
+//   (S4) `references`: one for the running task (dropped on completion), one for the handle
+//        (dropped when the handle is destroyed/detached/consumed). The last drop frees.
+//
+// Lock order: task lock (locked bit) before any primitive's lock. Primitives never take a task
+// lock while holding their own: waking is scheduling, which takes no task lock.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+
+#include "spindle/core/atomic.hpp"
+#include "spindle/core/runnable.hpp"
+#include "spindle/task/cancellation.hpp"
+#include "spindle/task/task_table.hpp"
+
+namespace spindle {
+
+class runtime;
+
+// Something suspended that a canceller can interrupt. See invariant S3.
+class cancellable_wait {
+ public:
+  // Called by a canceller with the waiting task's lock held. If the task is still registered
+  // with whatever it waits on, unregister it and return true (the canceller then wakes the
+  // task); return false if the wait already completed (someone else wakes the task).
+  virtual bool try_cancel() noexcept = 0;
+
+ protected:
+  ~cancellable_wait() = default;
+};
+
+// Something to notify when a task completes (a joining task, or a blocked thread).
+struct completion_waker {
+  void (*wake)(completion_waker*) noexcept;
+};
+
+enum class task_status { pending, completed, failed, cancelled };
+
+namespace detail {
+
+class spawned_task_base : public core::runnable {
+ public:
+  enum : std::uint32_t {
+    complete = 1u << 0,
+    cancel_requested = 1u << 1,
+    join_waiting = 1u << 2,
+    locked = 1u << 3,
+  };
+  enum class outcome_kind : std::uint8_t { value, exception, cancelled };
+
+  // --- used by awaiters, on the thread running this task -----------------------------------
+  // Records where to resume when the task is next scheduled.
+  void set_resume_point(std::coroutine_handle<> h) noexcept { resume_point_ = h; }
+  bool cancellation_requested() const noexcept {
+    // relaxed: a hint; an await that acts on it re-checks under the task lock.
+    return (flags_.load(std::memory_order_relaxed) & cancel_requested) != 0;
+  }
+  // Begin a cancellable wait (S3): takes the task lock. Returns false (lock released) if
+  // cancellation was already requested: the caller must not suspend and should throw
+  // task_cancelled. Otherwise the caller registers with its primitive, then calls
+  // end_registration(wait) which publishes `wait` and releases the lock.
+  bool begin_registration() noexcept;
+  void end_registration(cancellable_wait* wait) noexcept;
+  // Called on resumption from a cancellable wait: clears `wait` under the lock.
+  void clear_wait() noexcept;
+  // Wakes the task (schedules it). Exactly once per suspension, by whoever won the wait.
+  void wake() noexcept { scheduler_->schedule(this, core::schedule_hint::wake); }
+  // Reschedules the running task behind other runnables (yield_now, cooperative budget).
+  void yield_to_scheduler() noexcept { scheduler_->schedule(this, core::schedule_hint::yield); }
+
+  // --- used by join handles, any thread -----------------------------------------------------
+  void request_cancel() noexcept;
+  bool is_complete() const noexcept {
+    // acquire: S1, the outcome is readable once complete is seen.
+    return (flags_.load(std::memory_order_acquire) & complete) != 0;
+  }
+  task_status status() const noexcept;
+  // Registers `joiner` to be woken on completion. Returns false if already complete (no
+  // registration happened).
+  bool register_joiner(completion_waker* joiner) noexcept;
+  // Withdraws a registration; true if withdrawn (the completion will not wake it).
+  bool withdraw_joiner() noexcept;
+  void add_reference() noexcept {
+    // relaxed: the caller already holds a reference, so the object cannot vanish meanwhile.
+    references_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void release() noexcept;
+  outcome_kind outcome() const noexcept { return outcome_; }
+  task_id id() const noexcept { return id_; }
+  // Occupies a slot in `table` (before the task is first scheduled).
+  void enter_table(task_table& table, std::int32_t executor_index) {
+    table_ = &table;
+    id_ = table.insert(this, executor_index);
+  }
+
+  // --- used by the root coroutine's final suspend ------------------------------------------
+  void on_root_finished(outcome_kind outcome) noexcept;
+
+  // --- shutdown -------------------------------------------------------------------------------
+  // Destroys a task that will never run again (queued or suspended at shutdown): marks it
+  // cancelled, destroys its frames, wakes its joiner, drops the running reference.
+  void abandon() noexcept;
+
+  static spawned_task_base* current() noexcept;
+
+ protected:
+  using destroy_function = void (*)(spawned_task_base*) noexcept;
+  using frame_function = void (*)(spawned_task_base*) noexcept;
+  spawned_task_base(core::scheduler& scheduler, std::coroutine_handle<> root,
+                    destroy_function destroy, frame_function destroy_frame) noexcept;
+  ~spawned_task_base() = default;
+
+ private:
+  static void run_entry(core::runnable* self) noexcept;
+  static void drop_entry(core::runnable* self) noexcept;
+  void complete_with(outcome_kind outcome) noexcept;
+  void lock() noexcept;
+  void unlock() noexcept;
+
+  std::atomic<std::uint32_t> flags_{0};
+  std::atomic<std::uint32_t> references_{2};
+  bool started_ = false;  // executor-only: touched by whoever runs the task
+  outcome_kind outcome_ = outcome_kind::value;
+  core::scheduler* scheduler_;
+  std::coroutine_handle<> resume_point_;
+  cancellable_wait* wait_ = nullptr;        // guarded by the lock bit (S3)
+  completion_waker* joiner_ = nullptr;      // S2
+  destroy_function destroy_;
+  frame_function destroy_frame_;
+  task_table* table_ = nullptr;  // where this task has its slot, until completion
+  task_id id_;
+};
+
+// Cooperative budget (C6): how many child awaits a task may complete inline before it must
+// yield to the scheduler even though nothing made it wait. Reset each time the task is run.
+inline constexpr std::uint32_t cooperative_budget = 128;
+inline thread_local std::uint32_t cooperative_budget_left = cooperative_budget;
+
+// Consumes one unit; true when the budget is exhausted (the caller should yield now).
+inline bool consume_cooperative_budget() noexcept {
+  if (cooperative_budget_left == 0) return true;
+  --cooperative_budget_left;
+  return false;
+}
+
+}  // namespace detail
+
+// The awaitable for yielding: reschedules the current task behind the others queued on its
+// executor. Throws task_cancelled if the task was cancelled.
+struct yield_awaiter {
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) noexcept;
+  void await_resume() const;
+};
+inline yield_awaiter yield_now() noexcept { return {}; }
+
+}  // namespace spindle

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds and runs the test suite, preset by preset:
+#   release     all tests: unit, stress, Relacy models, package consumer
+#   tsan        unit + stress under ThreadSanitizer
+#               (TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1", set by the tsan test preset)
+#   asan-ubsan  unit tests under AddressSanitizer + UBSan
+# Choose presets with SPINDLE_PRESETS="release tsan asan-ubsan" (the default).
+# Ends with "N passed, N failed" over all presets; exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/deps.sh || exit 1
+
+presets=${SPINDLE_PRESETS:-release tsan asan-ubsan}
+jobs=$(nproc)
+passed=0
+failed=0
+status=0
+logdir=$(mktemp -d)
+trap 'rm -rf "$logdir"' EXIT
+
+for preset in $presets; do
+  echo "=== [$preset] configure + build"
+  if ! cmake --preset "$preset" || ! cmake --build --preset "$preset" -j"$jobs"; then
+    echo "=== [$preset] BUILD FAILED"
+    status=1
+    continue
+  fi
+
+  echo "=== [$preset] test"
+  log="$logdir/$preset.log"
+  ctest --preset "$preset" -j"$jobs" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  (( rc == 0 )) || status=1
+
+  # "100% tests passed, 0 tests failed out of 12"
+  summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+  if [[ -n "$summary" ]]; then
+    f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$summary")
+    t=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$summary")
+    passed=$((passed + t - f))
+    failed=$((failed + f))
+    echo "=== [$preset] $summary"
+  elif (( rc != 0 )); then
+    echo "=== [$preset] ctest failed (exit $rc) without a summary"
+  else
+    echo "=== [$preset] no tests"
+  fi
+done
+
+echo "$passed passed, $failed failed"
+(( failed == 0 )) || status=1
+exit "$status"

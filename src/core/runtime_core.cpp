@@ -1,0 +1,291 @@
+// Registry, placement, idle coordination and shutdown. The design (states, invariants, the
+// parking handshake, the numbered shutdown steps) is in runtime_core.hpp.
+#include "spindle/core/runtime_core.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "spindle/core/errors.hpp"
+
+namespace spindle::core {
+namespace {
+
+constexpr std::uint64_t one_searching = std::uint64_t(1) << 32;
+constexpr std::uint64_t one_unparked = 1;
+std::uint32_t searching_of(std::uint64_t state) { return std::uint32_t(state >> 32); }
+std::uint32_t unparked_of(std::uint64_t state) { return std::uint32_t(state); }
+
+std::uint32_t default_worker_count() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : n;
+}
+
+}  // namespace
+
+runtime_core::runtime_core(runtime_options options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : &steady_clock_source::instance()),
+      slots_(std::make_unique<std::atomic<executor*>[]>(options_.max_executors)),
+      injector_(options_.max_executors) {
+  if (options_.workers == 0) options_.workers = default_worker_count();
+  if (options_.max_executors == 0 || options_.max_executors > 4096) {
+    throw usage_error("spindle: max_executors must be in [1, 4096]");
+  }
+  if (options_.workers > options_.max_executors) {
+    throw usage_error("spindle: more workers requested than max_executors allows");
+  }
+  if (options_.budget == 0) throw usage_error("spindle: budget must be at least 1");
+  if (options_.injector_check_interval == 0 || options_.local_fairness_interval == 0) {
+    throw usage_error("spindle: fairness intervals must be at least 1");
+  }
+  for (std::uint32_t i = 0; i < options_.max_executors; ++i) {
+    slots_[i].store(nullptr, std::memory_order_relaxed);  // relaxed: not yet shared
+  }
+  sleepers_.reserve(options_.max_executors);
+  is_sleeping_.assign(options_.max_executors, 0);
+}
+
+runtime_core::~runtime_core() {
+  // The last reference may be dropped by a worker of a detached shutdown; nothing to join then.
+  shutdown();
+  clock_->unsubscribe(this);
+}
+
+void runtime_core::start(std::shared_ptr<runtime_core> self) {
+  self_ = self;
+  clock_->subscribe(this, [this] { unpark_all(); });
+  for (std::uint32_t i = 0; i < options_.workers; ++i) append_executor();
+}
+
+std::uint32_t runtime_core::add_executor() { return append_executor(); }
+
+std::uint32_t runtime_core::append_executor() {
+  std::lock_guard lock(registry_mutex_);
+  if (stopping()) throw runtime_stopped();
+  const std::uint32_t index = live_.load(std::memory_order_relaxed);  // relaxed: we are the writer
+  if (index >= options_.max_executors) {
+    throw usage_error("spindle: executor registry is full (max_executors reached)");
+  }
+  owned_executors_.push_back(std::make_unique<executor>(*this, index, *clock_));
+  // release: the executor is fully constructed before readers can load its pointer.
+  slots_[index].store(owned_executors_.back().get(), std::memory_order_release);
+  // seq_cst: counted as unparked before it becomes visible to notifiers' should-wake checks.
+  idle_state_.fetch_add(one_unparked, std::memory_order_seq_cst);
+  // release: pairs with executor_count()'s acquire; slot [index] is visible first.
+  live_.store(index + 1, std::memory_order_release);
+  start_thread(index);
+  return index;
+}
+
+void runtime_core::start_thread(std::uint32_t index) {
+  std::shared_ptr<runtime_core> self = self_.lock();
+  // relaxed: only compared against zero by worker_exited, after the thread ran.
+  workers_running_.fetch_add(1, std::memory_order_relaxed);
+  threads_.emplace_back([self, index] {
+    executor& e = self->executor_at(index);
+    if (self->options_.on_worker_start) self->options_.on_worker_start(index);
+    e.run_loop();
+    self->worker_exited();
+  });
+}
+
+bool runtime_core::is_worker_thread() const noexcept {
+  executor* e = executor::current();
+  return e != nullptr && &e->core() == this;
+}
+
+std::uint32_t runtime_core::pick_two_choices(std::uint32_t& random_state) const noexcept {
+  const std::uint32_t count = executor_count();
+  if (count <= 1) return 0;
+  auto next = [&random_state] {
+    std::uint32_t x = random_state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return random_state = x;
+  };
+  const std::uint32_t first = next() % count;
+  std::uint32_t second = next() % (count - 1);
+  if (second >= first) ++second;
+  return executor_at(first).load() <= executor_at(second).load() ? first : second;
+}
+
+void runtime_core::schedule(runnable* r, schedule_hint hint) noexcept {
+  if (draining_.load(std::memory_order_relaxed)) return;  // shutdown step 5 destroys it
+  executor* e = executor::current();
+  if (e != nullptr && &e->core() == this) {
+    e->push_local(r, hint);
+    return;
+  }
+  thread_local std::uint32_t random_state =
+      std::uint32_t(reinterpret_cast<std::uintptr_t>(&random_state) >> 4) | 1u;
+  const std::uint32_t target = pick_two_choices(random_state);
+  injector_.push(target, r);
+  notify_work_available(target);
+}
+
+void runtime_core::schedule_on(std::uint32_t executor_index, runnable* r) noexcept {
+  if (draining_.load(std::memory_order_relaxed)) return;
+  executor& target = executor_at(executor_index);
+  target.inbox().push(r);
+  // The inbox is not stealable: wake this executor specifically, whoever is searching.
+  fence_seq_cst();
+  if (cancel_park(executor_index)) target.parker().unpark();
+}
+
+void runtime_core::notify_work_available(std::uint32_t preferred) noexcept {
+  // seq_cst fence: pairs with the parker's fence after it registered as a sleeper (Dekker):
+  // either it sees the work we published before this call, or we see it registered below.
+  fence_seq_cst();
+  wake_one_if_idle(preferred);
+}
+
+void runtime_core::notify_after_seq_cst_publish() noexcept { wake_one_if_idle(no_preference); }
+
+void runtime_core::wake_one_if_idle(std::uint32_t preferred) noexcept {
+  const std::uint32_t count = executor_count();
+  // seq_cst: the load side of the handshake (after a fence or a seq_cst publishing RMW).
+  std::uint64_t state = idle_state_.load(std::memory_order_seq_cst);
+  if (searching_of(state) != 0 || unparked_of(state) >= count) return;
+  std::uint32_t woken;
+  {
+    std::lock_guard lock(sleepers_mutex_);
+    state = idle_state_.load(std::memory_order_relaxed);  // relaxed: the mutex orders updates
+    if (searching_of(state) != 0 || sleepers_.empty()) return;
+    auto chosen = sleepers_.end() - 1;
+    if (preferred != no_preference && is_sleeping_[preferred]) {
+      chosen = std::find(sleepers_.begin(), sleepers_.end(), preferred);
+    }
+    woken = *chosen;
+    *chosen = sleepers_.back();
+    sleepers_.pop_back();
+    is_sleeping_[woken] = 0;
+    // seq_cst: part of the Dekker handshake state.
+    idle_state_.fetch_add(one_searching | one_unparked, std::memory_order_seq_cst);
+  }
+  executor_at(woken).parker().unpark();
+}
+
+void runtime_core::unpark_all() noexcept {
+  std::vector<std::uint32_t> woken;
+  {
+    std::lock_guard lock(sleepers_mutex_);
+    woken.swap(sleepers_);
+    sleepers_.reserve(options_.max_executors);
+    for (std::uint32_t index : woken) {
+      is_sleeping_[index] = 0;
+      idle_state_.fetch_add(one_unparked, std::memory_order_seq_cst);  // seq_cst: handshake
+    }
+  }
+  for (std::uint32_t index : woken) executor_at(index).parker().unpark();
+  // Executors between registering and waiting are not in the list any more but will consume a
+  // pending notification; make sure they have one.
+  const std::uint32_t count = executor_count();
+  for (std::uint32_t i = 0; i < count; ++i) executor_at(i).parker().unpark();
+}
+
+bool runtime_core::transition_to_searching() noexcept {
+  // relaxed: a heuristic bound on searchers; exceeding it by a racing few is harmless.
+  const std::uint64_t state = idle_state_.load(std::memory_order_relaxed);
+  if (2 * searching_of(state) >= executor_count()) return false;
+  idle_state_.fetch_add(one_searching, std::memory_order_seq_cst);  // seq_cst: handshake state
+  return true;
+}
+
+bool runtime_core::transition_from_searching() noexcept {
+  // seq_cst: a notifier that reads searching == 0 must not miss work this searcher published.
+  const std::uint64_t previous = idle_state_.fetch_sub(one_searching, std::memory_order_seq_cst);
+  return searching_of(previous) == 1;
+}
+
+void runtime_core::transition_to_parked(std::uint32_t index, bool was_searching) noexcept {
+  std::lock_guard lock(sleepers_mutex_);
+  const std::uint64_t delta = one_unparked + (was_searching ? one_searching : 0);
+  idle_state_.fetch_sub(delta, std::memory_order_seq_cst);  // seq_cst: handshake state
+  sleepers_.push_back(index);
+  is_sleeping_[index] = 1;
+}
+
+bool runtime_core::cancel_park(std::uint32_t index) noexcept {
+  std::lock_guard lock(sleepers_mutex_);
+  if (!is_sleeping_[index]) return false;
+  auto it = std::find(sleepers_.begin(), sleepers_.end(), index);
+  *it = sleepers_.back();
+  sleepers_.pop_back();
+  is_sleeping_[index] = 0;
+  idle_state_.fetch_add(one_unparked, std::memory_order_seq_cst);  // seq_cst: handshake state
+  return true;
+}
+
+bool runtime_core::any_work_visible(std::uint32_t self_index) const noexcept {
+  executor& self = executor_at(self_index);
+  if (!self.inbox().empty() || !self.local().empty()) return true;
+  if (injector_.any()) return true;
+  const std::uint32_t count = executor_count();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    // Two or more: a lone item is its owner's next runnable (only the stuck check takes it).
+    if (i != self_index && executor_at(i).local().size() >= 2) return true;
+  }
+  return false;
+}
+
+void runtime_core::shutdown() noexcept {
+  const bool from_worker = is_worker_thread();
+  std::vector<std::thread> to_join;
+  {
+    std::lock_guard lock(registry_mutex_);
+    if (from_worker && !stopping()) {
+      // Set before stopping_ so no worker can exit thinking the shutdown will be joined.
+      detached_.store(true, std::memory_order_relaxed);  // relaxed: ordered by stopping_'s release
+    }
+    // release: workers that see stopping_ also see detached_.
+    stopping_.store(true, std::memory_order_release);
+    to_join.swap(threads_);
+  }
+  unpark_all();
+  if (detached_.load(std::memory_order_relaxed)) {
+    for (std::thread& t : to_join) t.detach();
+    return;  // the last worker out finishes the shutdown
+  }
+  for (std::thread& t : to_join) {
+    if (t.joinable()) t.join();
+  }
+  finish_shutdown();
+}
+
+void runtime_core::worker_exited() noexcept {
+  // acq_rel: the last worker out must see every other worker's final writes before draining.
+  if (workers_running_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+      detached_.load(std::memory_order_relaxed)) {
+    finish_shutdown();
+  }
+}
+
+void runtime_core::finish_shutdown() noexcept {
+  if (finished_.exchange(true, std::memory_order_acq_rel)) return;  // acq_rel: run once
+  draining_.store(true, std::memory_order_relaxed);  // relaxed: no worker runs any more
+  drain_queues();
+  // Run the hook once and drop it (it may hold the layer above alive; see task/runtime.cpp).
+  if (std::function<void()> hook = std::exchange(on_stopped_, {})) hook();
+}
+
+void runtime_core::drain_queues() noexcept {
+  const std::uint32_t count = executor_count();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    executor& e = executor_at(i);
+    while (runnable* r = e.take_from_inbox()) r->drop();
+    while (runnable* r = e.local().pop()) r->drop();
+  }
+  for (std::size_t shard = 0; shard < injector_.shard_count(); ++shard) {
+    std::size_t taken = 0;
+    while (runnable* r = injector_.pop_batch(shard, 1024, taken)) {
+      while (r != nullptr) {
+        runnable* next = r->next;
+        r->drop();
+        r = next;
+      }
+    }
+  }
+}
+
+}  // namespace spindle::core

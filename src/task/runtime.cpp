@@ -1,0 +1,55 @@
+// The task layer's runtime: registry of live tasks, spawn entry points, shutdown step 5.
+#include "spindle/task/runtime.hpp"
+
+#include <vector>
+
+#include "spindle/core/executor.hpp"
+
+namespace spindle {
+namespace detail {
+
+void runtime_state::abandon_all() noexcept {
+  // Collect first: abandoning runs frame destructors and frees slots. Repeat in case a
+  // destructor made another task live (it cannot spawn: the runtime is stopping).
+  for (;;) {
+    std::vector<spawned_task_base*> victims;
+    tasks.for_each_live([&victims](spawned_task_base* t) { victims.push_back(t); });
+    if (victims.empty()) return;
+    for (spawned_task_base* t : victims) t->abandon();
+  }
+}
+
+std::int32_t current_executor_index(const core::runtime_core& core) noexcept {
+  core::executor* e = core::executor::current();
+  return e != nullptr && &e->core() == &core ? std::int32_t(e->index()) : -1;
+}
+
+runtime_state* current_runtime_state() noexcept {
+  core::executor* e = core::executor::current();
+  return e != nullptr ? static_cast<runtime_state*>(e->core().layer_state()) : nullptr;
+}
+
+}  // namespace detail
+
+runtime::runtime(runtime_options options) {
+  if (options.workers > 4096) throw usage_error("spindle: absurd worker count (> 4096)");
+  auto core = std::make_shared<core::runtime_core>(std::move(options));
+  state_ = std::make_shared<detail::runtime_state>(core->options().max_executors);
+  state_->core = core;
+  core->set_layer_state(state_.get());
+  // Step 5 of shutdown. The hook keeps the task state alive until the shutdown finished (workers
+  // and tasks use it through raw pointers); the core drops the hook after running it, which
+  // breaks the cycle state -> core -> hook -> state.
+  std::shared_ptr<detail::runtime_state> keep = state_;
+  core->set_on_stopped([keep] { keep->abandon_all(); });
+  core->start(core);
+}
+
+runtime::~runtime() { shutdown(); }
+
+void runtime::shutdown() noexcept {
+  if (!state_) return;
+  if (auto core = state_->core) core->shutdown();
+}
+
+}  // namespace spindle

@@ -1,0 +1,223 @@
+// Spawned-task state machine: invariants S1-S4 in include/spindle/task/spawned_task.hpp.
+#include "spindle/task/spawned_task.hpp"
+
+#include "spindle/core/executor.hpp"
+#include "spindle/task/join_handle.hpp"
+#include "spindle/task/runtime.hpp"
+
+namespace spindle::detail {
+namespace {
+
+thread_local spawned_task_base* current_task = nullptr;
+
+}  // namespace
+
+spawned_task_base* spawned_task_base::current() noexcept { return current_task; }
+
+bool on_worker_thread() noexcept { return core::executor::current() != nullptr; }
+
+spawned_task_base::spawned_task_base(core::scheduler& scheduler, std::coroutine_handle<> root,
+                                     destroy_function destroy, frame_function destroy_frame) noexcept
+    : core::runnable(nullptr),
+      scheduler_(&scheduler),
+      resume_point_(root),
+      destroy_(destroy),
+      destroy_frame_(destroy_frame) {
+  static const core::runnable_vtable table = {&spawned_task_base::run_entry,
+                                              &spawned_task_base::drop_entry};
+  vtable = &table;
+}
+
+void spawned_task_base::run_entry(core::runnable* self) noexcept {
+  auto* t = static_cast<spawned_task_base*>(self);
+  if (!t->started_) {
+    t->started_ = true;
+    if (t->cancellation_requested()) {
+      // Cancelled before it ever ran: it does not run at all.
+      t->complete_with(outcome_kind::cancelled);
+      return;
+    }
+  }
+  spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
+  current_task = t;
+  cooperative_budget_left = cooperative_budget;
+  run_trampoline(t->resume_point_);
+  // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
+  current_task = outer;
+}
+
+void spawned_task_base::drop_entry(core::runnable* self) noexcept {
+  static_cast<spawned_task_base*>(self)->abandon();
+}
+
+void spawned_task_base::lock() noexcept {
+  for (;;) {
+    // acquire: entering the critical section guarding `wait_`.
+    const std::uint32_t previous = flags_.fetch_or(locked, std::memory_order_acquire);
+    if ((previous & locked) == 0) return;
+    // relaxed: spin on a plain load until the holder releases, then retry the RMW.
+    while ((flags_.load(std::memory_order_relaxed) & locked) != 0) core::cpu_relax();
+  }
+}
+
+void spawned_task_base::unlock() noexcept {
+  // release: publishes writes to `wait_` made under the lock.
+  flags_.fetch_and(~locked, std::memory_order_release);
+}
+
+bool spawned_task_base::begin_registration() noexcept {
+  lock();
+  // relaxed: the lock's acquire orders us after any canceller that set the flag under it.
+  if ((flags_.load(std::memory_order_relaxed) & cancel_requested) != 0) {
+    unlock();
+    return false;
+  }
+  return true;
+}
+
+void spawned_task_base::end_registration(cancellable_wait* wait) noexcept {
+  wait_ = wait;
+  unlock();
+}
+
+void spawned_task_base::clear_wait() noexcept {
+  lock();
+  wait_ = nullptr;
+  unlock();
+}
+
+void spawned_task_base::request_cancel() noexcept {
+  lock();
+  const std::uint32_t previous = flags_.fetch_or(cancel_requested, std::memory_order_relaxed);
+  // relaxed: the lock orders it; readers outside the lock only use it as a hint.
+  cancellable_wait* wait = wait_;
+  bool interrupted = false;
+  if ((previous & (cancel_requested | complete)) == 0 && wait != nullptr) {
+    interrupted = wait->try_cancel();
+    if (interrupted) wait_ = nullptr;
+  }
+  unlock();
+  if (interrupted) wake();
+}
+
+task_status spawned_task_base::status() const noexcept {
+  if (!is_complete()) return task_status::pending;
+  switch (outcome_) {
+    case outcome_kind::value: return task_status::completed;
+    case outcome_kind::exception: return task_status::failed;
+    case outcome_kind::cancelled: return task_status::cancelled;
+  }
+  return task_status::failed;
+}
+
+bool spawned_task_base::register_joiner(completion_waker* joiner) noexcept {
+  joiner_ = joiner;
+  // acquire on the load and CAS failure: if complete is seen, S1 gives us the outcome.
+  std::uint32_t expected = flags_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((expected & complete) != 0) return false;
+    // release: `joiner_` is written before join_waiting becomes visible (S2).
+    if (flags_.compare_exchange_weak(expected, expected | join_waiting, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+bool spawned_task_base::withdraw_joiner() noexcept {
+  // acquire: as in register_joiner.
+  std::uint32_t expected = flags_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((expected & complete) != 0 || (expected & join_waiting) == 0) return false;
+    // acq_rel: S2, exactly one of completer and withdrawer clears join_waiting.
+    if (flags_.compare_exchange_weak(expected, expected & ~join_waiting, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
+  outcome_ = outcome;
+  if (table_ != nullptr) {
+    core::executor* e = core::executor::current();
+    table_->erase(id_, e != nullptr ? std::int32_t(e->index()) : -1);
+    table_ = nullptr;
+  }
+  // acq_rel: release publishes outcome and result (S1); acquire pairs with the joiner's
+  // release of `joiner_` (S2).
+  std::uint32_t expected = flags_.load(std::memory_order_relaxed);
+  while (!flags_.compare_exchange_weak(expected, (expected | complete) & ~join_waiting,
+                                       std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
+  if ((expected & join_waiting) != 0) joiner_->wake(joiner_);
+  release();
+}
+
+void spawned_task_base::on_root_finished(outcome_kind outcome) noexcept { complete_with(outcome); }
+
+void spawned_task_base::abandon() noexcept {
+  // Destroy the frames first (their destructors may unregister from primitives), then complete.
+  destroy_frame_(this);
+  complete_with(outcome_kind::cancelled);
+}
+
+void spawned_task_base::release() noexcept {
+  // acq_rel: the last releaser must see every other owner's writes before destroying.
+  if (references_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy_(this);
+}
+
+// --- join awaiter ---------------------------------------------------------------------------
+
+bool join_awaiter_base::await_suspend(std::coroutine_handle<> h) {
+  spawned_task_base* self = spawned_task_base::current();
+  if (self == nullptr) throw usage_error("spindle: awaiting a join_handle outside a task");
+  joiner_ = self;
+  self->set_resume_point(h);
+  if (!self->begin_registration()) {
+    cancelled_ = true;  // cancelled before waiting: do not suspend, await_resume throws
+    return false;
+  }
+  if (!target_->register_joiner(this)) {
+    self->end_registration(nullptr);
+    return false;  // already complete
+  }
+  self->end_registration(this);
+  return true;
+}
+
+bool join_awaiter_base::try_cancel() noexcept {
+  if (!target_->withdraw_joiner()) return false;
+  cancelled_ = true;
+  return true;
+}
+
+void join_awaiter_base::wake_joiner(completion_waker* self) noexcept {
+  static_cast<join_awaiter_base*>(self)->joiner_->wake();
+}
+
+void join_awaiter_base::finish_wait() {
+  if (joiner_ != nullptr) joiner_->clear_wait();
+  if (cancelled_) throw task_cancelled();
+}
+
+}  // namespace spindle::detail
+
+namespace spindle {
+
+void yield_awaiter::await_suspend(std::coroutine_handle<> h) noexcept {
+  if (auto* t = detail::spawned_task_base::current()) {
+    t->set_resume_point(h);
+    t->yield_to_scheduler();
+  } else {
+    detail::transfer_to(h);  // not in a spawned task: nothing to yield to
+  }
+}
+
+void yield_awaiter::await_resume() const {
+  if (auto* t = detail::spawned_task_base::current(); t != nullptr && t->cancellation_requested()) {
+    throw task_cancelled();
+  }
+}
+
+}  // namespace spindle

@@ -1,0 +1,109 @@
+// Task table: see include/spindle/task/task_table.hpp for the design and invariants.
+#include "spindle/task/task_table.hpp"
+
+#include "spindle/core/errors.hpp"
+
+namespace spindle::detail {
+
+task_table::task_table(std::uint32_t executors, std::uint32_t max_chunks)
+    : executors_(executors),
+      max_chunks_(max_chunks),
+      shards_(std::make_unique<shard_state[]>(executors + 1)),
+      chunks_(std::make_unique<std::atomic<chunk*>[]>(max_chunks)) {
+  for (std::uint32_t i = 0; i < max_chunks_; ++i) chunks_[i].store(nullptr, std::memory_order_relaxed);
+}
+
+task_table::~task_table() {
+  const std::uint32_t chunks = chunk_count_.load(std::memory_order_relaxed);
+  for (std::uint32_t c = 0; c < chunks; ++c) delete chunks_[c].load(std::memory_order_relaxed);
+}
+
+void task_table::add_chunk(std::uint32_t shard) {
+  std::lock_guard lock(chunk_mutex_);
+  const std::uint32_t index = chunk_count_.load(std::memory_order_relaxed);  // relaxed: under lock
+  if (index >= max_chunks_) throw std::bad_alloc();
+  auto* ch = new chunk;
+  ch->shard = shard;
+  // Thread the new slots onto the shard's free list (the caller owns it).
+  const std::uint32_t base = index * chunk_slots;
+  for (std::uint32_t i = 0; i < chunk_slots; ++i) {
+    ch->slots[i].next_free = i + 1 < chunk_slots ? base + i + 1 : shards_[shard].free_head;
+  }
+  // release: the chunk's contents are visible to whoever loads the pointer.
+  chunks_[index].store(ch, std::memory_order_release);
+  chunk_count_.store(index + 1, std::memory_order_release);
+  shards_[shard].free_head = base;
+}
+
+std::uint32_t task_table::allocate_slot(std::uint32_t shard) {
+  shard_state& s = shards_[shard];
+  if (s.free_head == no_slot) {
+    // acquire: pairs with the release CAS in erase, making the pushed links visible.
+    s.free_head = s.returned.exchange(no_slot, std::memory_order_acquire);
+    if (s.free_head == no_slot) add_chunk(shard);
+  }
+  const std::uint32_t index = s.free_head;
+  s.free_head = slot_at(index).next_free;
+  return index;
+}
+
+task_id task_table::insert(spawned_task_base* t, std::int32_t executor_index) {
+  const bool foreign = executor_index < 0 || std::uint32_t(executor_index) >= executors_;
+  const std::uint32_t shard = foreign ? executors_ : std::uint32_t(executor_index);
+  std::uint32_t index;
+  if (foreign) {
+    std::lock_guard lock(shards_[shard].mutex);
+    index = allocate_slot(shard);
+  } else {
+    index = allocate_slot(shard);
+  }
+  slot& s = slot_at(index);
+  // relaxed: ordered before the task's publication to a queue (release there), see header.
+  s.task.store(t, std::memory_order_relaxed);
+  return {index, s.serial.load(std::memory_order_relaxed)};
+}
+
+void task_table::erase(task_id id, std::int32_t executor_index) noexcept {
+  slot& s = slot_at(id.index);
+  s.task.store(nullptr, std::memory_order_relaxed);  // relaxed: published by the push below
+  s.serial.store(id.serial + 1, std::memory_order_relaxed);
+  chunk* ch = chunks_[id.index / chunk_slots].load(std::memory_order_relaxed);
+  const std::uint32_t shard = ch->shard;
+  if (shard < executors_ && executor_index == std::int32_t(shard)) {
+    s.next_free = shards_[shard].free_head;  // the owner's private list
+    shards_[shard].free_head = id.index;
+    return;
+  }
+  std::atomic<std::uint32_t>& returned = shards_[shard].returned;
+  std::uint32_t head = returned.load(std::memory_order_relaxed);  // relaxed: CAS expectation
+  do {
+    s.next_free = head;
+    // release: the link and the cleared slot are visible to the owner's acquire exchange.
+  } while (!returned.compare_exchange_weak(head, id.index, std::memory_order_release,
+                                           std::memory_order_relaxed));
+}
+
+bool task_table::contains(task_id id) const noexcept {
+  if (id.index == no_slot || id.index / chunk_slots >= chunk_count_.load(std::memory_order_acquire)) {
+    return false;
+  }
+  const slot& s = slot_at(id.index);
+  // relaxed: a snapshot answer; the slot may change right after.
+  return s.serial.load(std::memory_order_relaxed) == id.serial &&
+         s.task.load(std::memory_order_relaxed) != nullptr;
+}
+
+std::size_t task_table::live_count() const noexcept {
+  std::size_t total = 0;
+  const std::uint32_t chunks = chunk_count_.load(std::memory_order_acquire);  // acquire: chunks
+  for (std::uint32_t c = 0; c < chunks; ++c) {
+    const chunk* ch = chunks_[c].load(std::memory_order_acquire);
+    for (std::uint32_t i = 0; i < chunk_slots; ++i) {
+      // relaxed: a snapshot count.
+      if (ch->slots[i].task.load(std::memory_order_relaxed) != nullptr) ++total;
+    }
+  }
+  return total;
+}
+
+}  // namespace spindle::detail
