@@ -3,6 +3,7 @@
 #include "spindle/core/executor.hpp"
 
 #include <chrono>
+#include <cmath>
 
 #include "spindle/core/runtime_core.hpp"
 
@@ -16,8 +17,9 @@ thread_local executor* current_executor = nullptr;
 // runnable waiting in its queue, and takes it (see steal_from_stuck_owners).
 constexpr clock_duration stuck_check_interval = std::chrono::milliseconds(2);
 
-// Length of the utilisation sampling window and the EWMA weight of a new window (1/4).
+// Shortest utilisation sampling window, and the time constant of the moving average (load.md).
 constexpr std::uint64_t utilisation_window_ns = 1'000'000;
+constexpr std::uint64_t utilisation_time_constant_ns = 4'000'000;
 
 std::uint64_t monotonic_ns() noexcept {
   return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -182,10 +184,14 @@ void executor::update_utilisation(std::uint64_t now_ns) noexcept {
   std::uint64_t busy = window_busy_ns_;
   if (busy_since_ns_ != 0) busy += now_ns - busy_since_ns_;
   if (busy_since_ns_ != 0) busy_since_ns_ = now_ns;
-  const std::uint64_t sample = std::min<std::uint64_t>(busy * 65536 / window, 65536);
-  const std::uint32_t old = stats_.utilisation.load(std::memory_order_relaxed);
+  const double sample = std::min(1.0, double(busy) / double(window));
+  // Time-weighted EWMA: a window of length w moves the average by 1 - exp(-w / tau), so a long
+  // stretch of busy (or idle) time counts for its length, however few samples it produced.
+  const double weight = 1.0 - std::exp(-double(window) / double(utilisation_time_constant_ns));
+  const double old = stats_.utilisation.load(std::memory_order_relaxed) / 65536.0;
+  const double updated = old + (sample - old) * weight;
   // relaxed: single writer, sampled by readers (P2C, diagnostics).
-  stats_.utilisation.store(std::uint32_t((old * 3 + sample) / 4), std::memory_order_relaxed);
+  stats_.utilisation.store(std::uint32_t(updated * 65536.0 + 0.5), std::memory_order_relaxed);
   stats_.busy_nanoseconds.store(stats_.busy_nanoseconds.load(std::memory_order_relaxed) + busy,
                                 std::memory_order_relaxed);
   window_start_ns_ = now_ns;
@@ -223,7 +229,7 @@ void executor::park() noexcept {
   // 2. Re-check every work source after the fence (pairs with notify_work_available's fence).
   fence_seq_cst();
   if (core_.stopping() || core_.any_work_visible(index_)) {
-    if (!core_.cancel_park(index_)) is_searching_ = true;  // a notifier already woke us
+    is_searching_ = core_.leave_sleepers(index_);
     return;
   }
   // 3. PARKED: wait for a notification, the next timer deadline, or the stuck check.
@@ -243,8 +249,8 @@ void executor::park() noexcept {
   busy_since_ns_ = 0;
   parker_->wait(timeout);
   busy_since_ns_ = monotonic_ns();
-  // 4. Woken: by a notifier (it unregistered us and made us a searcher) or by time.
-  if (!core_.cancel_park(index_)) is_searching_ = true;
+  // 4. Woken: by a notifier (it unregistered us, maybe as a searcher) or by time.
+  is_searching_ = core_.leave_sleepers(index_);
   fire_timers();
   update_utilisation(busy_since_ns_);
   const auto waited = clock_duration(busy_since_ns_ - parked_at);

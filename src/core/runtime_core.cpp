@@ -43,6 +43,7 @@ runtime_core::runtime_core(runtime_options options)
   }
   sleepers_.reserve(options_.max_executors);
   is_sleeping_.assign(options_.max_executors, 0);
+  woken_as_searcher_.assign(options_.max_executors, 0);
 }
 
 runtime_core::~runtime_core() {
@@ -160,6 +161,7 @@ void runtime_core::wake_one_if_idle(std::uint32_t preferred) noexcept {
     *chosen = sleepers_.back();
     sleepers_.pop_back();
     is_sleeping_[woken] = 0;
+    woken_as_searcher_[woken] = 1;
     // seq_cst: part of the Dekker handshake state.
     idle_state_.fetch_add(one_searching | one_unparked, std::memory_order_seq_cst);
   }
@@ -174,6 +176,7 @@ void runtime_core::unpark_all() noexcept {
     sleepers_.reserve(options_.max_executors);
     for (std::uint32_t index : woken) {
       is_sleeping_[index] = 0;
+      woken_as_searcher_[index] = 0;
       idle_state_.fetch_add(one_unparked, std::memory_order_seq_cst);  // seq_cst: handshake
     }
   }
@@ -213,8 +216,26 @@ bool runtime_core::cancel_park(std::uint32_t index) noexcept {
   *it = sleepers_.back();
   sleepers_.pop_back();
   is_sleeping_[index] = 0;
+  woken_as_searcher_[index] = 0;
   idle_state_.fetch_add(one_unparked, std::memory_order_seq_cst);  // seq_cst: handshake state
   return true;
+}
+
+bool runtime_core::leave_sleepers(std::uint32_t index) noexcept {
+  std::lock_guard lock(sleepers_mutex_);
+  if (is_sleeping_[index]) {
+    // Nobody woke us (timeout, spurious wake-up, or we are leaving on our own): unregister.
+    auto it = std::find(sleepers_.begin(), sleepers_.end(), index);
+    *it = sleepers_.back();
+    sleepers_.pop_back();
+    is_sleeping_[index] = 0;
+    idle_state_.fetch_add(one_unparked, std::memory_order_seq_cst);  // seq_cst: handshake state
+    return false;
+  }
+  // Someone else unregistered us; only notify_work_available counts the woken as a searcher.
+  const bool searcher = woken_as_searcher_[index] != 0;
+  woken_as_searcher_[index] = 0;
+  return searcher;
 }
 
 bool runtime_core::any_work_visible(std::uint32_t self_index) const noexcept {
@@ -232,15 +253,27 @@ bool runtime_core::any_work_visible(std::uint32_t self_index) const noexcept {
 void runtime_core::shutdown() noexcept {
   const bool from_worker = is_worker_thread();
   std::vector<std::thread> to_join;
+  bool first = false;
   {
     std::lock_guard lock(registry_mutex_);
-    if (from_worker && !stopping()) {
+    if (!stopping()) {
+      first = true;
       // Set before stopping_ so no worker can exit thinking the shutdown will be joined.
-      detached_.store(true, std::memory_order_relaxed);  // relaxed: ordered by stopping_'s release
+      // relaxed: ordered by stopping_'s release below.
+      if (from_worker) detached_.store(true, std::memory_order_relaxed);
+      to_join.swap(threads_);
+      // release: workers that see stopping_ also see detached_.
+      stopping_.store(true, std::memory_order_release);
     }
-    // release: workers that see stopping_ also see detached_.
-    stopping_.store(true, std::memory_order_release);
-    to_join.swap(threads_);
+  }
+  if (!first) {
+    // Someone else runs the shutdown. A plain thread waits until it is complete (shutdown() is
+    // documented to return only then); a worker cannot wait for itself.
+    if (!from_worker) {
+      // acquire: everything the finishing thread did is visible after the wait.
+      while (!finished_.load(std::memory_order_acquire)) finished_.wait(false, std::memory_order_acquire);
+    }
+    return;
   }
   unpark_all();
   if (detached_.load(std::memory_order_relaxed)) {
@@ -262,11 +295,13 @@ void runtime_core::worker_exited() noexcept {
 }
 
 void runtime_core::finish_shutdown() noexcept {
-  if (finished_.exchange(true, std::memory_order_acq_rel)) return;  // acq_rel: run once
   draining_.store(true, std::memory_order_relaxed);  // relaxed: no worker runs any more
   drain_queues();
   // Run the hook once and drop it (it may hold the layer above alive; see task/runtime.cpp).
   if (std::function<void()> hook = std::exchange(on_stopped_, {})) hook();
+  // release: pairs with the acquire of waiting shutdown() callers.
+  finished_.store(true, std::memory_order_release);
+  finished_.notify_all();
 }
 
 void runtime_core::drain_queues() noexcept {

@@ -27,7 +27,8 @@
 //      notifier has not already) and go back to the loop.
 //   3. PARKED: wait on the park driver until notified or the next timer deadline.
 //   4. On waking: if still in sleepers_ (timeout or spurious wake), remove self and count as
-//      unparked; else the notifier already did that and made us a searcher.
+//      unparked; else whoever woke us already did that, and counted us as a searcher only if it
+//      was notify_work_available (woken_as_searcher_); unpark_all and schedule_on do not.
 //
 // Shutdown steps (runtime_core::shutdown):
 //   1. set stopping_ (spawns are refused from now on, see task::runtime);
@@ -153,6 +154,9 @@ class runtime_core final : public scheduler {
   void transition_to_parked(std::uint32_t index, bool was_searching) noexcept;
   // Removes `index` from the sleepers if still there; returns true if it did.
   bool cancel_park(std::uint32_t index) noexcept;
+  // Called by executor `index` when it stops parking: unregisters it if still registered
+  // (returns false), else returns whether whoever woke it counted it as a searcher.
+  bool leave_sleepers(std::uint32_t index) noexcept;
   bool any_work_visible(std::uint32_t self_index) const noexcept;
   void wake_one_if_idle(std::uint32_t preferred) noexcept;
   void drain_queues() noexcept;
@@ -172,6 +176,9 @@ class runtime_core final : public scheduler {
   std::mutex sleepers_mutex_;
   std::vector<std::uint32_t> sleepers_;      // guarded by sleepers_mutex_
   std::vector<std::uint8_t> is_sleeping_;    // guarded by sleepers_mutex_, per executor
+  // Set by the notifier that unregistered a sleeper and counted it as searching; read and
+  // cleared by that executor when it wakes. Guarded by sleepers_mutex_.
+  std::vector<std::uint8_t> woken_as_searcher_;
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};

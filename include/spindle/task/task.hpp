@@ -164,20 +164,30 @@ class [[nodiscard]] task {
 
   struct awaiter {
     handle_type child;
+    bool cancelled = false;
     bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> parent) noexcept {
+    bool await_suspend(std::coroutine_handle<> parent) noexcept {
       child.promise().set_continuation(parent);
       if (detail::consume_cooperative_budget()) {
-        // Budget exhausted: let the executor run others first; resume directly in the child.
+        // Budget exhausted: a suspension point. Deliver a pending cancellation here (without
+        // starting the child), else let the executor run others first and resume in the child.
         if (auto* current = detail::spawned_task_base::current()) {
+          if (current->cancellation_requested()) {
+            cancelled = true;
+            return false;  // resume the parent now; await_resume throws
+          }
           current->set_resume_point(child);
           current->yield_to_scheduler();
-          return;
+          return true;
         }
       }
       detail::transfer_to(child);
+      return true;
     }
-    decltype(auto) await_resume() { return child.promise().take_result(); }
+    decltype(auto) await_resume() {
+      if (cancelled) throw task_cancelled();
+      return child.promise().take_result();
+    }
   };
 
   // Awaiting starts the task and yields its result (or rethrows its exception).
