@@ -157,7 +157,12 @@ void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
 void spawned_task_base::on_root_finished(outcome_kind outcome) noexcept { complete_with(outcome); }
 
 void spawned_task_base::abandon() noexcept {
-  // Destroy the frames first (their destructors may unregister from primitives), then complete.
+  // Make a concurrent cancel() a no-op first: `wait_` points into the frames about to go (S3).
+  lock();
+  flags_.fetch_or(cancel_requested, std::memory_order_relaxed);  // relaxed: under the lock
+  wait_ = nullptr;
+  unlock();
+  // Destroy the frames (their destructors may unregister from primitives), then complete.
   destroy_frame_(this);
   complete_with(outcome_kind::cancelled);
 }

@@ -1,0 +1,125 @@
+// spindle::semaphore: a counting semaphore for tasks.
+//
+//   spindle::semaphore slots(4);
+//   co_await slots.acquire();      // suspends the task while no permit is available
+//   ...
+//   slots.release();               // from anywhere (a task or a plain thread)
+//
+// Design
+//   State, under the primitive lock (a stripe, see sync/wait_queue.hpp): `available_` permits
+//   and the FIFO `waiters_` of suspended acquire() calls. Invariant: waiters are queued only
+//   while available_ == 0.
+//   Fairness: FIFO handoff, as for spindle::mutex. release(n) hands permits one by one to the
+//   oldest waiters (each resumes holding its permit) and only adds what is left to
+//   `available_`. try_acquire() and the await fast path take a permit only from
+//   `available_`, which is zero while anyone waits: they never overtake a queued task.
+//   Permits are not owned: any code may release (a release above the initial count raises the
+//   count, as with std::counting_semaphore, up to `max_permits`).
+//   Cancellation: a task cancelled while queued is unlinked and gets task_cancelled without a
+//   permit. One woken with a permit keeps it.
+//   Destruction: fine without waiters; queued tasks are woken with task_cancelled. A frame
+//   destroyed after being handed a permit but before resuming releases it again.
+#pragma once
+
+#include <coroutine>
+#include <cstddef>
+#include <limits>
+#include <mutex>
+
+#include "spindle/core/errors.hpp"
+#include "spindle/sync/wait_queue.hpp"
+
+namespace spindle {
+
+class semaphore {
+ public:
+  static constexpr std::size_t max_permits = std::numeric_limits<std::size_t>::max() / 2;
+
+  class [[nodiscard]] acquire_awaiter final : private detail::sync_waiter {
+   public:
+    explicit acquire_awaiter(semaphore& s) noexcept : semaphore_(s) {}
+    ~acquire_awaiter() {
+      // Handed a permit but never resumed (frame destroyed at shutdown): give it back.
+      if (abandon_wait() == outcome::done) semaphore_.release_noexcept(1);
+    }
+    bool await_ready() {
+      return try_complete(semaphore_.state_lock(),
+                          [this](detail::wake_list&) { return try_take(); });
+    }
+    bool await_suspend(std::coroutine_handle<> h) {
+      return suspend_on(h, semaphore_.state_lock(), semaphore_.waiters_,
+                        [this](detail::wake_list&) { return try_take(); });
+    }
+    void await_resume() { finish_wait(); }
+
+   private:
+    outcome try_take() noexcept {  // under the lock
+      if (semaphore_.available_ == 0) return outcome::none;
+      --semaphore_.available_;
+      return outcome::done;
+    }
+    semaphore& semaphore_;
+  };
+
+  explicit semaphore(std::size_t initial_permits) : available_(initial_permits) {
+    if (initial_permits > max_permits) throw usage_error("spindle: semaphore count too large");
+  }
+  semaphore(const semaphore&) = delete;
+  semaphore& operator=(const semaphore&) = delete;
+  ~semaphore() {
+    detail::wake_list to_wake;  // before the guard: wakes after unlocking
+    std::lock_guard guard(state_lock());
+    waiters_.complete_all(detail::sync_waiter::outcome::cancelled, to_wake);
+  }
+
+  // co_await s.acquire(): takes one permit. Inside a spawned task only.
+  acquire_awaiter acquire() noexcept { return acquire_awaiter(*this); }
+  bool try_acquire() noexcept {
+    std::lock_guard guard(state_lock());
+    if (available_ == 0) return false;
+    --available_;
+    return true;
+  }
+  // Returns `permits` permits, oldest waiters first. usage_error if the count would exceed
+  // max_permits.
+  void release(std::size_t permits = 1) {
+    detail::wake_list to_wake;  // before the guard: wakes after unlocking
+    std::lock_guard guard(state_lock());
+    if (permits > max_permits - available_) {
+      throw usage_error("spindle: semaphore::release above max_permits");
+    }
+    hand_out(permits, to_wake);
+  }
+
+  // Snapshots, for diagnostics and tests.
+  std::size_t available() const noexcept {
+    std::lock_guard guard(state_lock());
+    return available_;
+  }
+  std::size_t waiting() const noexcept {
+    std::lock_guard guard(state_lock());
+    return waiters_.size();
+  }
+
+ private:
+  std::mutex& state_lock() const noexcept { return detail::sync_lock_for(this); }
+  void release_noexcept(std::size_t permits) noexcept {
+    detail::wake_list to_wake;  // before the guard: wakes after unlocking
+    std::lock_guard guard(state_lock());
+    hand_out(permits, to_wake);
+  }
+  // Under state_lock(): FIFO handoff, then the rest to the pool.
+  void hand_out(std::size_t permits, detail::wake_list& to_wake) noexcept {
+    for (; permits > 0; --permits) {
+      detail::sync_waiter* w = waiters_.pop_front();
+      if (w == nullptr) break;
+      to_wake.add(w, detail::sync_waiter::outcome::done);
+    }
+    available_ += permits;
+  }
+
+  std::size_t available_;        // under state_lock()
+  detail::wait_queue waiters_;  // under state_lock()
+};
+
+}  // namespace spindle

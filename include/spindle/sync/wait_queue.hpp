@@ -1,0 +1,207 @@
+// The waiter protocol shared by every sync primitive (mutex, semaphore, event, channel, oneshot,
+// wait_group). Full discussion: docs/design/sync.md.
+//
+// Participants
+//   - a waiting task: its awaiter (a sync_waiter living in the suspended coroutine frame) links
+//     itself into one of the primitive's wait queues while holding its task lock (S3 in
+//     task/spawned_task.hpp), then publishes itself as the task's cancellable_wait;
+//   - wakers (unlock, release, set, send, receive, close, the primitive's destructor): under the
+//     primitive lock they pop waiters, hand each its result (ownership, a permit, an item) and
+//     record its outcome; after unlocking they call task->wake() once per popped waiter;
+//   - cancellers: with the task lock held they call try_cancel(), which unlinks the waiter under
+//     the primitive lock if it is still queued (the canceller then wakes the task).
+// Exactly one of waker and canceller wins a queued waiter: whoever changes `outcome` away from
+// `queued` under the primitive lock. A waiter is popped only with its result already handed
+// over, so a result is never lost to a cancellation and a cancelled waiter never holds one.
+//
+// Waiter states (`outcome`, written under the primitive lock while linked):
+//   none -> queued -> done | closed | cancelled       (suspended path)
+//   none -> done | closed | cancelled                 (completed without waiting)
+//
+// The primitive lock. Each primitive's state and wait queues are guarded by a std::mutex taken
+// from a static table of stripes, chosen by the primitive's address (sync_lock_for). The stripe
+// outlives the primitive, so a waiter can always lock it and learn from its own `outcome`
+// whether it is still linked, even while the primitive is being destroyed: a canceller or a
+// destroyed frame never touches freed memory. (A oneshot passes its own lock: its state is
+// reference counted and outlives its waiter.) Stripes are shared by unrelated primitives; that
+// is harmless because nothing ever holds two primitive locks at once.
+//
+// Lock order: task lock before primitive lock (cancellers). Never a task lock under a primitive
+// lock: wakers wake (schedule) only after unlocking, and waking takes no task lock.
+#pragma once
+
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+
+#include "spindle/core/errors.hpp"
+#include "spindle/task/cancellation.hpp"
+#include "spindle/task/spawned_task.hpp"
+
+namespace spindle {
+
+// A channel or oneshot can no longer deliver: sending on a closed channel, or receiving from a
+// oneshot whose sender was destroyed without sending.
+class channel_closed : public std::runtime_error {
+ public:
+  channel_closed() : std::runtime_error("spindle: channel closed") {}
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+
+// The stripe guarding the primitive at `primitive` (see above).
+std::mutex& sync_lock_for(const void* primitive) noexcept;
+
+class wait_queue;
+class wake_list;
+
+class sync_waiter : public cancellable_wait {
+ public:
+  enum class outcome : std::uint8_t {
+    none,       // not waiting yet
+    queued,     // linked in a wait queue
+    done,       // the operation completed (the result was handed over)
+    closed,     // the primitive was closed (channel, oneshot)
+    cancelled,  // the task was cancelled, or the primitive destroyed under the waiter
+  };
+
+  sync_waiter() noexcept = default;
+  sync_waiter(const sync_waiter&) = delete;
+  sync_waiter& operator=(const sync_waiter&) = delete;
+
+  // S3: called by a canceller with the waiting task's lock held.
+  bool try_cancel() noexcept override;
+
+ protected:
+  // Frame destroyed while suspended (runtime shutdown): unlink if still queued.
+  ~sync_waiter() { abandon_wait(); }
+
+  // For await_ready: runs `try_now(to_wake)` under `lock`; true if it completed the operation
+  // (it returned something other than outcome::none), and then the outcome is recorded.
+  template <class TryNow>
+  bool try_complete(std::mutex& lock, TryNow&& try_now);
+
+  // For await_suspend: the cancellable-wait protocol. Either completes the operation now
+  // (try_now, under `lock`) and returns false, or links this waiter into `queue` and returns
+  // true (suspend). Throws usage_error outside a spawned task.
+  template <class TryNow>
+  bool suspend_on(std::coroutine_handle<> h, std::mutex& lock, wait_queue& queue,
+                  TryNow&& try_now);
+
+  // For await_resume: unregisters from the task, throws task_cancelled if cancelled, else
+  // returns the outcome (done or closed).
+  outcome finish_wait();
+
+  // For derived destructors: if suspended and never resumed, unlinks (if queued) and returns
+  // the outcome; `done` means a result was handed over that nobody will claim. Idempotent.
+  outcome abandon_wait() noexcept;
+
+ private:
+  friend class wait_queue;
+  friend class wake_list;
+  sync_waiter* previous_ = nullptr;  // links, under the primitive lock
+  sync_waiter* next_ = nullptr;
+  spawned_task_base* task_ = nullptr;
+  std::mutex* lock_ = nullptr;   // the lock guarding `queue_`
+  wait_queue* queue_ = nullptr;  // where this waiter is (or was) linked
+  outcome outcome_ = outcome::none;
+  bool suspended_ = false;  // own task only: suspended with a registration, not yet resumed
+};
+
+// Intrusive FIFO of waiters. Not locked itself: the owner's primitive lock guards it.
+class wait_queue {
+ public:
+  wait_queue() noexcept = default;
+  wait_queue(const wait_queue&) = delete;
+  wait_queue& operator=(const wait_queue&) = delete;
+
+  bool empty() const noexcept { return head_ == nullptr; }
+  std::size_t size() const noexcept { return size_; }
+  sync_waiter* front() const noexcept { return head_; }  // oldest, null if empty
+
+  void push_back(sync_waiter* w) noexcept;
+  sync_waiter* pop_front() noexcept;  // null if empty
+  void remove(sync_waiter* w) noexcept;
+  // Pops every waiter, FIFO, onto `to_wake` with outcome `result`.
+  void complete_all(sync_waiter::outcome result, wake_list& to_wake) noexcept;
+
+ private:
+  sync_waiter* head_ = nullptr;
+  sync_waiter* tail_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Waiters popped under a primitive lock, to be woken once it is released. Declare it BEFORE the
+// lock guard: it is destroyed after the guard, so its destructor wakes with the lock released.
+class wake_list {
+ public:
+  wake_list() noexcept = default;
+  wake_list(const wake_list&) = delete;
+  wake_list& operator=(const wake_list&) = delete;
+  ~wake_list() { wake_all(); }
+
+  // Under the lock: `w` was popped and handed its result; records `result` as its outcome.
+  void add(sync_waiter* w, sync_waiter::outcome result) noexcept;
+  // Without the lock: wakes each waiter's task once, in FIFO order.
+  void wake_all() noexcept;
+
+ private:
+  sync_waiter* head_ = nullptr;
+  sync_waiter* tail_ = nullptr;
+};
+
+// --- sync_waiter templates ------------------------------------------------------------------
+
+template <class TryNow>
+bool sync_waiter::try_complete(std::mutex& lock, TryNow&& try_now) {
+  wake_list to_wake;  // before the guard: wakes after unlocking
+  std::lock_guard guard(lock);
+  const outcome result = try_now(to_wake);
+  if (result == outcome::none) return false;
+  outcome_ = result;
+  return true;
+}
+
+template <class TryNow>
+bool sync_waiter::suspend_on(std::coroutine_handle<> h, std::mutex& lock, wait_queue& queue,
+                             TryNow&& try_now) {
+  spawned_task_base* self = spawned_task_base::current();
+  if (self == nullptr) throw usage_error("spindle: awaiting a sync primitive outside a task");
+  self->set_resume_point(h);
+  if (!self->begin_registration()) {
+    outcome_ = outcome::cancelled;  // cancelled before waiting: do not suspend
+    return false;
+  }
+  bool completed = false;
+  try {
+    wake_list to_wake;  // before the guard: wakes after unlocking
+    std::lock_guard guard(lock);
+    const outcome result = try_now(to_wake);
+    if (result != outcome::none) {
+      outcome_ = result;
+      completed = true;
+    } else {
+      // Everything the resumed task reads is written before the waiter becomes visible: a
+      // waker may pop it and wake the task as soon as the lock is released.
+      task_ = self;
+      lock_ = &lock;
+      queue_ = &queue;
+      suspended_ = true;
+      outcome_ = outcome::queued;
+      queue.push_back(this);
+    }
+  } catch (...) {
+    self->end_registration(nullptr);  // try_now threw (a payload's move): nothing is linked
+    throw;
+  }
+  // The task may already be woken and running elsewhere; it blocks in finish_wait()'s
+  // clear_wait() until end_registration releases the task lock. Do not touch *this after it.
+  self->end_registration(completed ? nullptr : this);
+  return !completed;
+}
+
+}  // namespace detail
+}  // namespace spindle
