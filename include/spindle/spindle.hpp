@@ -7,12 +7,9 @@
 #include "spindle/task/join_handle.hpp"
 #include "spindle/task/runtime.hpp"
 #include "spindle/task/task.hpp"
-#if __has_include("spindle/time/sleep.hpp")
-#include "spindle/time/sleep.hpp"
-#endif
-#if __has_include("spindle/sync/sync.hpp")
+#include "spindle/task/join_set.hpp"
+#include "spindle/time/time.hpp"
 #include "spindle/sync/sync.hpp"
-#endif
 
 namespace spindle {
 

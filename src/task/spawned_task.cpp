@@ -183,7 +183,9 @@ bool join_awaiter_base::await_suspend(std::coroutine_handle<> h) {
     cancelled_ = true;  // cancelled before waiting: do not suspend, await_resume throws
     return false;
   }
+  registered_ = true;  // before registering: once registered we may resume elsewhere
   if (!target_->register_joiner(this)) {
+    registered_ = false;
     self->end_registration(nullptr);
     return false;  // already complete
   }
@@ -202,6 +204,7 @@ void join_awaiter_base::wake_joiner(completion_waker* self) noexcept {
 }
 
 void join_awaiter_base::finish_wait() {
+  registered_ = false;
   if (joiner_ != nullptr) joiner_->clear_wait();
   if (cancelled_) throw task_cancelled();
 }

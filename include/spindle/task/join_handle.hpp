@@ -79,6 +79,13 @@ class join_awaiter_base : public completion_waker, public cancellable_wait {
  public:
   explicit join_awaiter_base(spawned_task_base* target) noexcept
       : completion_waker{&wake_joiner}, target_(target) {}
+  join_awaiter_base(const join_awaiter_base&) = delete;
+  join_awaiter_base& operator=(const join_awaiter_base&) = delete;
+  // Destroyed while suspended (shutdown abandons the joiner before the target): withdraw, so
+  // the target's completion does not wake a destroyed frame.
+  ~join_awaiter_base() {
+    if (registered_) target_->withdraw_joiner();
+  }
   bool await_ready() const noexcept { return target_->is_complete(); }
   bool await_suspend(std::coroutine_handle<> h);
   bool try_cancel() noexcept override;
@@ -91,6 +98,7 @@ class join_awaiter_base : public completion_waker, public cancellable_wait {
   static void wake_joiner(completion_waker* self) noexcept;
   spawned_task_base* joiner_ = nullptr;
   bool cancelled_ = false;
+  bool registered_ = false;  // registered as target_'s joiner and not yet resumed (owner-side)
 };
 
 }  // namespace detail

@@ -1,0 +1,117 @@
+// Sleep awaiter: the cancellable timer wait described in include/spindle/time/sleep.hpp.
+#include "spindle/time/sleep.hpp"
+
+#include "spindle/core/errors.hpp"
+#include "spindle/core/executor.hpp"
+
+namespace spindle {
+namespace {
+
+core::executor& current_executor_or_throw(const char* what) {
+  core::executor* e = core::executor::current();
+  if (e == nullptr) throw usage_error(what);
+  return *e;
+}
+
+}  // namespace
+
+clock_time now() {
+  return current_executor_or_throw("spindle::now() called outside a runtime worker")
+      .timers()
+      .clock()
+      .now();
+}
+
+namespace detail {
+
+clock_time saturating_add(clock_time base, clock_duration duration) noexcept {
+  const clock_duration since_epoch = base.time_since_epoch();
+  if (duration > clock_duration::zero() && since_epoch > clock_duration::max() - duration) {
+    return clock_time::max();
+  }
+  if (duration < clock_duration::zero() && since_epoch < clock_duration::min() - duration) {
+    return clock_time::min();
+  }
+  return base + duration;
+}
+
+timer_wait::entry_type::entry_type(timer_wait& waiter) noexcept
+    : core::timer_entry(&timer_wait::on_fire), owner(waiter) {}
+
+timer_wait::timer_wait(clock_time deadline) noexcept : deadline_(deadline), entry_(*this) {}
+
+timer_wait::~timer_wait() {
+  // Destroyed while suspended (the runtime abandoned the task): the entry may still be linked.
+  if (armed_) service_->disarm(entry_);
+}
+
+bool timer_wait::await_ready() {
+  if (spawned_task_base::current() == nullptr) {
+    throw usage_error("spindle: sleeping needs a task running on a runtime worker");
+  }
+  core::executor& e = current_executor_or_throw("spindle: sleeping outside a runtime worker");
+  return deadline_ <= e.timers().clock().now();
+}
+
+bool timer_wait::await_suspend(std::coroutine_handle<> h) {
+  spawned_task_base* t = spawned_task_base::current();
+  t->set_resume_point(h);
+  if (!t->begin_registration()) {
+    cancelled_ = true;  // cancellation already requested: do not suspend, await_resume throws
+    return false;
+  }
+  // Everything the waker and the resumed task read is written before the entry is armed.
+  task_ = t;
+  service_ = &core::executor::current()->timers();
+  armed_ = true;
+  try {
+    service_->arm(entry_, deadline_);
+  } catch (...) {
+    armed_ = false;
+    task_ = nullptr;
+    t->end_registration(nullptr);
+    throw;
+  }
+  // Only this executor fires its timers, and it is busy here: the entry cannot fire before the
+  // registration is complete. (Even if it could, the resumed task's clear_wait would wait for
+  // the task lock released by end_registration.)
+  t->end_registration(this);
+  return true;
+}
+
+void timer_wait::await_resume() {
+  if (task_ != nullptr) {
+    // Suspended and woken (fired or cancelled): the entry is unlinked either way.
+    armed_ = false;
+    task_->clear_wait();
+    task_ = nullptr;
+  } else if (!cancelled_) {
+    // Completed without suspending (deadline already passed): still a cancellation point.
+    // relaxed hint is enough: the flag, once set, stays set; a cancel racing with this check is
+    // seen at the next suspension point.
+    if (spawned_task_base* t = spawned_task_base::current(); t->cancellation_requested()) {
+      cancelled_ = true;
+    }
+  }
+  if (cancelled_) {
+    cancelled_ = false;  // the awaiter may be awaited again (it then completes at once)
+    throw task_cancelled();
+  }
+}
+
+bool timer_wait::try_cancel() noexcept {
+  // Task lock held by the canceller (S3): we are registered, so service_ is set.
+  if (!service_->disarm(entry_)) return false;  // fired: the fire callback woke (wakes) the task
+  cancelled_ = true;
+  return true;
+}
+
+void timer_wait::on_fire(core::timer_entry* entry) noexcept {
+  // Owner executor, service lock held. Read everything needed before waking: once woken the
+  // task may resume elsewhere and destroy the awaiter.
+  spawned_task_base* t = static_cast<entry_type*>(entry)->owner.task_;
+  t->wake();
+}
+
+}  // namespace detail
+}  // namespace spindle

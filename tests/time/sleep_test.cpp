@@ -1,0 +1,207 @@
+// sleep_for / sleep_until / now(): virtual time on a manual_clock, cancellation, one real sleep.
+//
+// Synchronisation with the runtime never sleeps: the test thread spins (yielding, bounded) until
+// the runtime has reached the state it needs, typically "N timers armed", read from the
+// executors' timer services, and only then advances the manual clock.
+#include "spindle/time/sleep.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include "spindle/core/executor.hpp"
+#include "spindle/spindle.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using spindle::clock_duration;
+using spindle::clock_time;
+using spindle::task;
+
+// Timers armed on all executors of `rt` right now.
+std::size_t armed_timers(spindle::runtime& rt) {
+  std::size_t count = 0;
+  for (std::uint32_t i = 0; i < rt.executor_count(); ++i) {
+    count += rt.core().executor_at(i).timers().size();
+  }
+  return count;
+}
+
+// Spins (yielding) until `done()`; false if that takes absurdly long (a hang, not a timing check).
+template <class Predicate>
+bool eventually(Predicate done) {
+  const auto give_up = std::chrono::steady_clock::now() + 60s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// Far from the real steady clock, so an accidental real-clock read shows.
+constexpr clock_time virtual_start = clock_time{} + 1000h;
+
+task<clock_duration> sleep_and_measure(clock_duration duration, std::atomic<bool>* started) {
+  const clock_time start = spindle::now();
+  started->store(true);
+  co_await spindle::sleep_for(duration);
+  co_return spindle::now() - start;
+}
+
+TEST(Sleep, SleepForCompletesAtTheVirtualDeadline) {
+  spindle::manual_clock clock(virtual_start);
+  spindle::runtime rt({.workers = 2, .clock = &clock});
+  std::atomic<bool> started{false};
+  auto handle = rt.spawn(sleep_and_measure(10s, &started));
+  ASSERT_TRUE(eventually([&] { return armed_timers(rt) == 1; }));
+  clock.advance(9s);  // not due yet: it cannot complete
+  EXPECT_FALSE(handle.is_finished());
+  clock.advance(1s);
+  EXPECT_EQ(handle.join(), 10s);  // woken exactly when the clock reached the deadline
+  EXPECT_EQ(armed_timers(rt), 0u);
+}
+
+TEST(Sleep, AdvancingInSmallStepsUntilDone) {
+  spindle::manual_clock clock(virtual_start);
+  spindle::runtime rt({.workers = 2, .clock = &clock});
+  std::atomic<bool> started{false};
+  auto handle = rt.spawn(sleep_and_measure(10s, &started));
+  ASSERT_TRUE(eventually([&] { return started.load(); }));
+  // The timer is registered after `started`: keep advancing until the task is done.
+  for (int step = 0; step < 100000 && !handle.is_finished(); ++step) {
+    clock.advance(1s);
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(handle.is_finished());
+  EXPECT_GE(handle.join(), 10s);
+}
+
+struct ordered_sleeper {
+  clock_duration duration;
+  clock_time woke_at{};
+  int completion_rank = -1;
+};
+
+task<void> sleep_and_rank(ordered_sleeper* sleeper, std::atomic<int>* completed) {
+  co_await spindle::sleep_for(sleeper->duration);
+  sleeper->woke_at = spindle::now();
+  sleeper->completion_rank = completed->fetch_add(1);
+}
+
+TEST(Sleep, SeveralTimersCompleteInDeadlineOrder) {
+  spindle::manual_clock clock(virtual_start);
+  spindle::runtime rt({.workers = 2, .clock = &clock});
+  std::array<ordered_sleeper, 5> sleepers{{{30ms}, {10ms}, {50ms}, {20ms}, {40ms}}};
+  std::atomic<int> completed{0};
+  std::vector<spindle::join_handle<void>> handles;
+  for (auto& s : sleepers) handles.push_back(rt.spawn(sleep_and_rank(&s, &completed)));
+  ASSERT_TRUE(eventually([&] { return armed_timers(rt) == sleepers.size(); }));
+  for (int step = 1; step <= 5; ++step) {
+    clock.advance(10ms);
+    ASSERT_TRUE(eventually([&] { return completed.load() == step; })) << "step " << step;
+  }
+  for (auto& h : handles) h.join();
+  for (const auto& s : sleepers) {
+    EXPECT_EQ(s.completion_rank, int(s.duration / 10ms) - 1) << s.duration.count();
+    EXPECT_EQ(s.woke_at, virtual_start + s.duration);
+  }
+}
+
+task<bool> sleep_into_the_past() {
+  const clock_time start = spindle::now();
+  co_await spindle::sleep_until(start - 1s);
+  co_await spindle::sleep_until(start);
+  co_await spindle::sleep_for(0s);
+  co_await spindle::sleep_for(-5s);
+  co_await spindle::sleep_until(clock_time::min());
+  co_return spindle::now() == start;
+}
+
+TEST(Sleep, PastDeadlinesCompleteAtOnce) {
+  spindle::manual_clock clock(virtual_start);
+  spindle::runtime rt({.workers = 2, .clock = &clock});
+  EXPECT_TRUE(rt.block_on(sleep_into_the_past()));  // the clock is never advanced
+}
+
+task<void> sleep_long(std::atomic<bool>* saw_cancel) {
+  try {
+    co_await spindle::sleep_for(1h);
+  } catch (const spindle::task_cancelled&) {
+    saw_cancel->store(true);
+    throw;
+  }
+}
+
+TEST(Sleep, CancellingASleepingTaskWakesItWithoutTimePassing) {
+  spindle::manual_clock clock(virtual_start);
+  spindle::runtime rt({.workers = 2, .clock = &clock});
+  std::atomic<bool> saw_cancel{false};
+  auto handle = rt.spawn(sleep_long(&saw_cancel));
+  ASSERT_TRUE(eventually([&] { return armed_timers(rt) == 1; }));
+  handle.cancel();
+  EXPECT_THROW(handle.join(), spindle::task_cancelled);
+  EXPECT_TRUE(saw_cancel.load());
+  EXPECT_EQ(armed_timers(rt), 0u);  // the canceller disarmed it
+  EXPECT_EQ(clock.now(), virtual_start);
+}
+
+task<int> cancelled_then_zero_sleep() {
+  int observed = 0;
+  try {
+    co_await spindle::sleep_for(1h);
+  } catch (const spindle::task_cancelled&) {
+    ++observed;
+  }
+  try {
+    co_await spindle::sleep_for(0s);  // completes at once, but is still a cancellation point
+  } catch (const spindle::task_cancelled&) {
+    ++observed;
+  }
+  co_return observed;
+}
+
+TEST(Sleep, ZeroSleepIsACancellationPoint) {
+  spindle::manual_clock clock(virtual_start);
+  spindle::runtime rt({.workers = 2, .clock = &clock});
+  auto handle = rt.spawn(cancelled_then_zero_sleep());
+  ASSERT_TRUE(eventually([&] { return armed_timers(rt) == 1; }));
+  handle.cancel();
+  EXPECT_EQ(handle.join(), 2);
+}
+
+TEST(Sleep, OutsideAWorkerIsAUsageError) {
+  EXPECT_THROW((void)spindle::now(), spindle::usage_error);
+  EXPECT_THROW((void)spindle::sleep_for(1s), spindle::usage_error);
+}
+
+TEST(Sleep, ShutdownDestroysASleepingTaskAndDisarmsItsTimer) {
+  spindle::manual_clock clock(virtual_start);
+  std::atomic<bool> saw_cancel{false};
+  spindle::join_handle<void> handle;
+  {
+    spindle::runtime rt({.workers = 2, .clock = &clock});
+    handle = rt.spawn(sleep_long(&saw_cancel));
+    ASSERT_TRUE(eventually([&] { return armed_timers(rt) == 1; }));
+  }  // the frame is destroyed while suspended: the awaiter disarms its entry
+  EXPECT_EQ(handle.status(), spindle::task_status::cancelled);
+  EXPECT_FALSE(saw_cancel.load());  // destroyed, not resumed
+}
+
+task<clock_duration> real_sleep(clock_duration duration) {
+  const clock_time start = spindle::now();
+  co_await spindle::sleep_for(duration);
+  co_return spindle::now() - start;
+}
+
+TEST(Sleep, RealClockSleepCompletes) {
+  spindle::runtime rt({.workers = 2});
+  EXPECT_GE(rt.block_on(real_sleep(3ms)), 3ms);
+  EXPECT_GE(rt.block_on(real_sleep(1ms)), 1ms);
+}
+
+}  // namespace
