@@ -69,7 +69,14 @@ void executor::push_local(runnable* r, schedule_hint hint) noexcept {
   // A lone item is what this executor runs next; thieves leave it alone (local_queue.hpp), so
   // waking an idle executor for it would be wasted. From two items on, there is work to share.
   // The push's CAS is seq_cst, which stands in for the handshake fence.
-  if (local_.push(r, sink) >= 2) core_.notify_after_seq_cst_publish();
+  const std::uint32_t queued = local_.push(r, sink);
+  if (queued >= 2) {
+    core_.notify_after_seq_cst_publish();
+  } else {
+    // A lone item is left to us, but if the running task never yields someone must notice:
+    // make sure one parked executor watches for stuck owners (see steal_from_stuck_owners).
+    core_.ensure_watcher();
+  }
 }
 
 runnable* executor::take_from_inbox() noexcept {
@@ -247,7 +254,9 @@ void executor::park() noexcept {
   const std::uint64_t parked_at = monotonic_ns();
   if (busy_since_ns_ != 0) window_busy_ns_ += parked_at - busy_since_ns_;
   busy_since_ns_ = 0;
+  if (others_awake) core_.watchers_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a hint
   parker_->wait(timeout);
+  if (others_awake) core_.watchers_.fetch_sub(1, std::memory_order_relaxed);
   busy_since_ns_ = monotonic_ns();
   // 4. Woken: by a notifier (it unregistered us, maybe as a searcher) or by time.
   is_searching_ = core_.leave_sleepers(index_);

@@ -168,6 +168,23 @@ void runtime_core::wake_one_if_idle(std::uint32_t preferred) noexcept {
   executor_at(woken).parker().unpark();
 }
 
+void runtime_core::ensure_watcher() noexcept {
+  // relaxed: a liveness hint; a spurious extra wake-up costs one futex call, a missed one is
+  // caught by the next lone push.
+  if (watchers_.load(std::memory_order_relaxed) != 0) return;
+  std::uint32_t woken;
+  {
+    std::lock_guard lock(sleepers_mutex_);
+    if (sleepers_.empty() || watchers_.load(std::memory_order_relaxed) != 0) return;
+    woken = sleepers_.back();
+    sleepers_.pop_back();
+    is_sleeping_[woken] = 0;
+    woken_as_searcher_[woken] = 0;
+    idle_state_.fetch_add(one_unparked, std::memory_order_seq_cst);  // seq_cst: handshake state
+  }
+  executor_at(woken).parker().unpark();
+}
+
 void runtime_core::unpark_all() noexcept {
   std::vector<std::uint32_t> woken;
   {

@@ -141,6 +141,10 @@ class runtime_core final : public scheduler {
     return std::uint32_t(idle_state_.load(std::memory_order_relaxed));
   }
   void unpark_all() noexcept;
+  // Makes sure some parked executor parks with the stuck-owner check (a bounded timeout) while
+  // work sits in an awake executor's queue: wakes one sleeper (not as a searcher) if no parked
+  // executor is watching. Cheap when one is (one relaxed load).
+  void ensure_watcher() noexcept;
 
  private:
   friend class executor;
@@ -180,6 +184,8 @@ class runtime_core final : public scheduler {
   // cleared by that executor when it wakes. Guarded by sleepers_mutex_.
   std::vector<std::uint8_t> woken_as_searcher_;
 
+  // Parked executors whose park is bounded by the stuck-owner check interval (a hint).
+  std::atomic<std::uint32_t> watchers_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
   std::atomic<bool> shut_down_{false};
