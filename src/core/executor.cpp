@@ -57,6 +57,8 @@ std::uint32_t executor::next_random() noexcept {
 void executor::overflow(runnable** items, std::uint32_t count) noexcept {
   for (std::uint32_t i = 0; i + 1 < count; ++i) items[i]->next = items[i + 1];
   core_.global_injector().push_batch(index_, items[0], items[count - 1], count);
+  // The batch was published under the shard mutex, not by a seq_cst RMW: fenced notify.
+  core_.notify_work_available(index_);
 }
 
 void executor::push_local(runnable* r, schedule_hint hint) noexcept {

@@ -15,29 +15,33 @@ constexpr std::uint64_t one_unparked = 1;
 std::uint32_t searching_of(std::uint64_t state) { return std::uint32_t(state >> 32); }
 std::uint32_t unparked_of(std::uint64_t state) { return std::uint32_t(state); }
 
-std::uint32_t default_worker_count() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : n;
+// Checks and completes the options before anything is allocated from them.
+runtime_options validated(runtime_options options) {
+  if (options.max_executors == 0 || options.max_executors > 4096) {
+    throw usage_error("spindle: max_executors must be in [1, 4096]");
+  }
+  if (options.workers == 0) {
+    // 0 means one executor per hardware thread (capped by the registry's capacity).
+    const unsigned hardware = std::thread::hardware_concurrency();
+    options.workers = std::min<std::uint32_t>(hardware == 0 ? 1 : hardware, options.max_executors);
+  }
+  if (options.workers > options.max_executors) {
+    throw usage_error("spindle: more workers requested than max_executors allows");
+  }
+  if (options.budget == 0) throw usage_error("spindle: budget must be at least 1");
+  if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
+    throw usage_error("spindle: fairness intervals must be at least 1");
+  }
+  return options;
 }
 
 }  // namespace
 
 runtime_core::runtime_core(runtime_options options)
-    : options_(std::move(options)),
+    : options_(validated(std::move(options))),
       clock_(options_.clock != nullptr ? options_.clock : &steady_clock_source::instance()),
       slots_(std::make_unique<std::atomic<executor*>[]>(options_.max_executors)),
       injector_(options_.max_executors) {
-  if (options_.workers == 0) options_.workers = default_worker_count();
-  if (options_.max_executors == 0 || options_.max_executors > 4096) {
-    throw usage_error("spindle: max_executors must be in [1, 4096]");
-  }
-  if (options_.workers > options_.max_executors) {
-    throw usage_error("spindle: more workers requested than max_executors allows");
-  }
-  if (options_.budget == 0) throw usage_error("spindle: budget must be at least 1");
-  if (options_.injector_check_interval == 0 || options_.local_fairness_interval == 0) {
-    throw usage_error("spindle: fairness intervals must be at least 1");
-  }
   for (std::uint32_t i = 0; i < options_.max_executors; ++i) {
     slots_[i].store(nullptr, std::memory_order_relaxed);  // relaxed: not yet shared
   }

@@ -7,7 +7,8 @@
 namespace spindle {
 
 // The caller broke an API contract: awaiting a join handle twice, joining a detached task,
-// a worker count of zero, blocking on a runtime from one of its own workers, and so on.
+// an absurd worker or executor count (0 workers means "one per hardware thread"), blocking on
+// a runtime from one of its own workers, and so on.
 class usage_error : public std::logic_error {
  public:
   using std::logic_error::logic_error;

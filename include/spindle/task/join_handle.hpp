@@ -57,6 +57,9 @@ class spawned_task final : public spawned_task_base {
 };
 
 // Blocks a plain thread until a task completes.
+// States of `signalled`: 0 waiting, 1 woken (the waker may still be notifying), 2 the waker
+// is done with this object. The waiter returns only at 2, so the waker never touches a waker
+// object that the returning thread has already popped off its stack.
 struct thread_waker : completion_waker {
   std::atomic<std::uint32_t> signalled{0};
   thread_waker() noexcept : completion_waker{&wake_thread} {}
@@ -65,10 +68,17 @@ struct thread_waker : completion_waker {
     // release: the joined task's outcome (already published) is visible after the wait.
     w->signalled.store(1, std::memory_order_release);
     w->signalled.notify_one();
+    w->signalled.store(2, std::memory_order_release);  // release: last touch of *w
   }
   void wait() noexcept {
-    // acquire: pairs with the release above.
-    while (signalled.load(std::memory_order_acquire) == 0) signalled.wait(0, std::memory_order_acquire);
+    // acquire: pairs with the releases above.
+    for (std::uint32_t seen; (seen = signalled.load(std::memory_order_acquire)) != 2;) {
+      if (seen == 0) {
+        signalled.wait(0, std::memory_order_acquire);
+      } else {
+        core::cpu_relax();  // between the waker's notify and its final store: a few cycles
+      }
+    }
   }
 };
 

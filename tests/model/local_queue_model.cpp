@@ -1,0 +1,262 @@
+// Relacy model of core::local_queue (capacity 4): an owner pushing and popping at both ends while
+// one or two thieves steal (half, or with include_newest). Every item must be obtained exactly
+// once (by a pop, a steal, or the overflow sink), and its payload, written by the owner before the
+// push, must be visible without a data race to whoever obtains it.
+//
+// Exit code 0 when every scenario passes.
+// The standard headers and the queue come first: Relacy's macros break <atomic> if it is
+// included after <relacy/relacy.hpp>.
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+
+#include <new>
+
+#include "spindle/core/local_queue.hpp"
+
+namespace {
+
+// Relacy allocates the test-suite object with plain malloc (16-byte alignment), but local_queue
+// is alignas(64): embedding a queue directly would construct it misaligned. This slot places the
+// object at an aligned offset inside a raw buffer. Defined before <relacy/relacy.hpp>, which
+// turns `new` and `delete` into macros.
+template <class T>
+class aligned_slot {
+ public:
+  aligned_slot() { ::new (static_cast<void*>(address())) T(); }
+  ~aligned_slot() { get().~T(); }
+  aligned_slot(const aligned_slot&) = delete;
+  aligned_slot& operator=(const aligned_slot&) = delete;
+  T& get() { return *std::launder(reinterpret_cast<T*>(address())); }
+
+ private:
+  unsigned char* address() {
+    const auto raw = reinterpret_cast<std::uintptr_t>(storage_);
+    return storage_ + ((alignof(T) - raw % alignof(T)) % alignof(T));
+  }
+  unsigned char storage_[sizeof(T) + alignof(T)];
+};
+
+}  // namespace
+
+#include <relacy/relacy.hpp>
+
+// relacy.hpp redefines the std::memory_order_* names as macros (for its std:: aliasing); this
+// file uses the real ones.
+#undef memory_order_relaxed
+#undef memory_order_consume
+#undef memory_order_acquire
+#undef memory_order_release
+#undef memory_order_acq_rel
+#undef memory_order_seq_cst
+
+namespace {
+
+constexpr rl::memory_order to_rl(std::memory_order mo) {
+  switch (mo) {
+    case std::memory_order_relaxed: return rl::mo_relaxed;
+    case std::memory_order_consume: return rl::mo_consume;
+    case std::memory_order_acquire: return rl::mo_acquire;
+    case std::memory_order_release: return rl::mo_release;
+    case std::memory_order_acq_rel: return rl::mo_acq_rel;
+    case std::memory_order_seq_cst: return rl::mo_seq_cst;
+  }
+  return rl::mo_seq_cst;
+}
+
+// The std::atomic-like surface local_queue uses, forwarded to rl::atomic.
+template <class T>
+class relacy_atomic {
+ public:
+  relacy_atomic() = default;
+  relacy_atomic(T value) : value_(value) {}  // NOLINT: brace-initialised like std::atomic
+  // (not copyable: rl::atomic is not; `= delete` cannot be spelt here, relacy.hpp defines
+  // `delete` as a macro)
+
+  T load(std::memory_order mo = std::memory_order_seq_cst) const {
+    return value_($).load(to_rl(mo));
+  }
+  void store(T v, std::memory_order mo = std::memory_order_seq_cst) { value_($).store(v, to_rl(mo)); }
+  T exchange(T v, std::memory_order mo = std::memory_order_seq_cst) {
+    return value_($).exchange(v, to_rl(mo));
+  }
+  bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
+                             std::memory_order failure) {
+    return value_($).compare_exchange_weak(expected, desired, to_rl(success), to_rl(failure));
+  }
+  bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
+                               std::memory_order failure) {
+    return value_($).compare_exchange_strong(expected, desired, to_rl(success), to_rl(failure));
+  }
+  bool compare_exchange_weak(T& expected, T desired,
+                             std::memory_order mo = std::memory_order_seq_cst) {
+    return value_($).compare_exchange_weak(expected, desired, to_rl(mo));
+  }
+  bool compare_exchange_strong(T& expected, T desired,
+                               std::memory_order mo = std::memory_order_seq_cst) {
+    return value_($).compare_exchange_strong(expected, desired, to_rl(mo));
+  }
+
+ private:
+  mutable rl::atomic<T> value_;
+};
+
+struct relacy_atomics {
+  template <class T>
+  using atomic = relacy_atomic<T>;
+  static void fence_seq_cst() { rl::atomic_thread_fence(rl::mo_seq_cst, $); }
+  static void relax() { rl::yield(1, $); }
+};
+
+struct item {
+  rl::var<int> payload;
+  int index = 0;
+};
+
+constexpr int max_items = 8;
+using queue = spindle::core::local_queue<item, 4, relacy_atomics>;
+
+// Shared bookkeeping: Relacy runs its threads as fibers on one OS thread, so plain counters are
+// safe; each thread writes only its own row, `after()` adds them up.
+struct ledger {
+  int obtained[3][max_items] = {};
+  void take(int thread, item* it) {
+    RL_ASSERT(it != nullptr);
+    const int seen = it->payload($);  // data-race checked: written by the owner before the push
+    RL_ASSERT(seen == 100 + it->index);
+    ++obtained[thread][it->index];
+  }
+};
+
+// Parameters of one scenario (a template argument so each scenario is its own test suite).
+struct plan {
+  int items;            // pushed by the owner (capacity is 4: > 4 overflows)
+  int oldest_every;     // every n-th push goes to the oldest end (0: never)
+  int owner_pops;       // pops the owner interleaves (alternating newest / oldest ends)
+  int thief_attempts;   // steal attempts per thief
+  bool include_newest;  // the thieves' mode (stuck-owner theft)
+  int thieves;          // 1 or 2
+};
+
+template <const plan& P>
+struct queue_test : rl::test_suite<queue_test<P>, 1 + P.thieves> {
+  aligned_slot<queue> owner_slot;
+  aligned_slot<queue> thief_slots[2];
+  queue& owner_queue = owner_slot.get();
+  queue& thief(int t) { return thief_slots[t].get(); }
+  item items[max_items];
+  ledger book;
+  item* overflowed[max_items + 4] = {};
+  int overflow_count = 0;
+
+  void before() {
+    for (int i = 0; i < P.items; ++i) items[i].index = i;
+  }
+
+  void owner() {
+    auto sink = [this](item** batch, std::uint32_t count) {
+      for (std::uint32_t i = 0; i < count; ++i) overflowed[overflow_count++] = batch[i];
+    };
+    int pops_left = P.owner_pops;
+    for (int i = 0; i < P.items; ++i) {
+      items[i].payload($) = 100 + i;
+      if (P.oldest_every != 0 && i % P.oldest_every == P.oldest_every - 1) {
+        owner_queue.push_oldest(&items[i], sink);
+      } else {
+        owner_queue.push(&items[i], sink);
+      }
+      if (pops_left > 0 && i % 2 == 1) {
+        --pops_left;
+        item* it = (pops_left % 2 == 0) ? owner_queue.pop() : owner_queue.pop_oldest();
+        if (it != nullptr) book.take(0, it);
+      }
+    }
+    while (pops_left-- > 0) {
+      item* it = (pops_left % 2 == 0) ? owner_queue.pop_oldest() : owner_queue.pop();
+      if (it != nullptr) book.take(0, it);
+    }
+  }
+
+  void steal(int t) {
+    queue& mine = thief(t - 1);
+    for (int a = 0; a < P.thief_attempts; ++a) {
+      if (item* it = owner_queue.steal_into(mine, P.include_newest)) book.take(t, it);
+    }
+    while (item* it = mine.pop()) book.take(t, it);
+  }
+
+  void thread(unsigned index) {
+    if (index == 0) {
+      owner();
+    } else {
+      steal(int(index));
+    }
+  }
+
+  void after() {
+    // Whatever is still queued belongs to the owner (all threads have finished).
+    while (item* it = owner_queue.pop()) book.take(0, it);
+    for (int i = 0; i < overflow_count; ++i) book.take(0, overflowed[i]);
+    for (int i = 0; i < P.items; ++i) {
+      const int total = book.obtained[0][i] + book.obtained[1][i] + book.obtained[2][i];
+      RL_ASSERT(total == 1);
+    }
+    RL_ASSERT(owner_queue.empty());
+    RL_ASSERT(thief(0).empty());
+    RL_ASSERT(thief(1).empty());
+  }
+};
+
+// Scenarios.
+constexpr plan push_pop_steal{3, 0, 2, 2, false, 1};
+constexpr plan push_pop_steal_newest{3, 0, 2, 2, true, 1};
+constexpr plan both_ends{5, 3, 3, 2, false, 1};
+constexpr plan both_ends_newest{5, 2, 3, 2, true, 1};
+constexpr plan overflow_while_stealing{7, 0, 1, 2, false, 1};
+constexpr plan overflow_while_stealing_newest{7, 4, 1, 2, true, 1};
+constexpr plan lone_item_newest{1, 0, 1, 1, true, 1};
+constexpr plan two_thieves{4, 0, 1, 1, false, 2};
+constexpr plan two_thieves_newest{5, 3, 2, 1, true, 2};
+
+template <class Test>
+bool run(const char* name, rl::iteration_t iterations, rl::scheduler_type_e scheduler) {
+  rl::test_params params;
+  params.iteration_count = iterations;
+  params.search_type = scheduler;
+  params.output_history = false;
+  std::printf("%s (%s, %llu iterations)\n", name, rl::format(scheduler),
+              static_cast<unsigned long long>(iterations));
+  std::fflush(stdout);
+  const bool ok = rl::simulate<Test>(params);
+  if (!ok) std::printf("  FAILED: %s\n", name);
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  bool ok = true;
+  constexpr rl::iteration_t random_iterations = 300000;
+  ok &= run<queue_test<push_pop_steal>>("push/pop vs steal", random_iterations, rl::random_scheduler_type);
+  ok &= run<queue_test<push_pop_steal_newest>>("push/pop vs steal (include_newest)", random_iterations,
+                                               rl::random_scheduler_type);
+  ok &= run<queue_test<both_ends>>("both ends vs steal", random_iterations, rl::random_scheduler_type);
+  ok &= run<queue_test<both_ends_newest>>("both ends vs steal (include_newest)", random_iterations,
+                                          rl::random_scheduler_type);
+  ok &= run<queue_test<overflow_while_stealing>>("overflow vs steal", random_iterations,
+                                                 rl::random_scheduler_type);
+  ok &= run<queue_test<overflow_while_stealing_newest>>("overflow vs steal (include_newest)",
+                                                        random_iterations, rl::random_scheduler_type);
+  ok &= run<queue_test<lone_item_newest>>("lone item: pop vs stuck-owner steal", random_iterations,
+                                          rl::random_scheduler_type);
+  ok &= run<queue_test<two_thieves>>("two thieves", random_iterations, rl::random_scheduler_type);
+  ok &= run<queue_test<two_thieves_newest>>("two thieves (include_newest)", random_iterations,
+                                            rl::random_scheduler_type);
+  // Exhaustive (context-bounded) search of the smallest scenarios.
+  ok &= run<queue_test<lone_item_newest>>("lone item: pop vs stuck-owner steal", 0,
+                                          rl::fair_context_bound_scheduler_type);
+  ok &= run<queue_test<push_pop_steal_newest>>("push/pop vs steal (include_newest)", 0,
+                                               rl::fair_context_bound_scheduler_type);
+  std::printf(ok ? "local_queue model: all scenarios passed\n" : "local_queue model: FAILED\n");
+  return ok ? 0 : 1;
+}
