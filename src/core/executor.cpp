@@ -110,14 +110,24 @@ runnable* executor::next_runnable() noexcept {
   ++tick_;
   if (tick_ % core_.options().injector_check_interval == 0) {
     if (runnable* r = take_from_injector(index_)) return r;  // fairness to remote work
-  }
-  if (tick_ % core_.options().local_fairness_interval == 0) {
-    if (runnable* r = local_.pop_oldest()) return r;  // fairness to old local work
+    if (runnable* r = take_starving_oldest()) return r;      // fairness to old local work
   }
   if (runnable* r = take_from_inbox()) return r;
   if (runnable* r = local_.pop()) return r;
   if (runnable* r = take_from_injector(index_)) return r;
   return nullptr;
+}
+
+runnable* executor::take_starving_oldest() noexcept {
+  const std::uint16_t oldest = local_.oldest_position();
+  if (local_.empty() || oldest != oldest_position_seen_) {
+    oldest_position_seen_ = oldest;  // a different item is the oldest now: restart its clock
+    oldest_since_tick_ = tick_;
+    return nullptr;
+  }
+  if (tick_ - oldest_since_tick_ < core_.options().local_fairness_interval) return nullptr;
+  oldest_since_tick_ = tick_;
+  return local_.pop_oldest();
 }
 
 runnable* executor::steal_round() noexcept {

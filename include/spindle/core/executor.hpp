@@ -11,7 +11,7 @@
 //   1. every `injector_check_interval` iterations, the own injector shard first (so remote work
 //      cannot starve behind a busy local queue);
 //   2. the inbox (runnables sent to this executor specifically);
-//   3. the local queue (newest first; every `injector_check_interval` iterations the oldest);
+//   3. the local queue (newest first; the oldest if it has starved, see runtime_options);
 //   4. the injector: own shard, then the others;
 //   5. stealing (bounded number of concurrent searchers, random victims, steal half,
 //      exponential backoff between rounds);
@@ -117,6 +117,7 @@ class executor {
   runnable* next_runnable() noexcept;
   runnable* take_from_injector(std::size_t shard) noexcept;
   runnable* take_from_inbox() noexcept;
+  runnable* take_starving_oldest() noexcept;
   runnable* search() noexcept;
   runnable* steal_round() noexcept;
   void park() noexcept;
@@ -143,6 +144,8 @@ class executor {
   runnable* inbox_backlog_ = nullptr;  // taken from the inbox, not yet run (FIFO via next)
   std::vector<std::uint64_t> observed_progress_;  // other executors' progress at last park
   std::uint64_t tick_ = 0;
+  std::uint16_t oldest_position_seen_ = 0;  // local queue position of the oldest item last seen
+  std::uint64_t oldest_since_tick_ = 0;     // tick at which that item was first seen oldest
   std::uint32_t budget_used_ = 0;
   std::uint32_t random_state_;
   bool is_searching_ = false;

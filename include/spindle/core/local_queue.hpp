@@ -194,6 +194,14 @@ class local_queue {
   }
   bool empty() const { return size() == 0; }
 
+  // Owner. Position of the oldest queued item: it changes exactly when that item leaves (or a
+  // yield puts an older one in front), so the executor can tell how long it has been waiting.
+  std::uint16_t oldest_position() const {
+    // relaxed: the owner reads a word only it and thieves change; a stale value only delays the
+    // fairness pop.
+    return unpack(positions_.load(std::memory_order_relaxed)).real;
+  }
+
  private:
   // Thief: claims items by moving `real`; `first` receives the oldest claimed position.
   std::uint32_t claim(bool include_newest, std::uint16_t& first) {

@@ -62,12 +62,14 @@ struct runtime_options {
   std::uint32_t max_executors = 256;
   // Runnables an executor runs before it must fire timers / poll I/O (seed 003 default).
   std::uint32_t budget = 64;
-  // The loop checks its injector shard first every this many iterations (fairness to remote
-  // work), and takes its oldest local item instead of the newest every
-  // `local_fairness_interval` iterations (fairness to old local work; rarer, because every such
-  // pop starts a fresh subtree and widens the depth-first working set, see executor-loop.md).
+  // The loop checks its injector shard first every `injector_check_interval` iterations
+  // (fairness to remote work). At the same checks it looks at its oldest local item: if that
+  // item has been the oldest for `local_fairness_interval` iterations (it is starving behind a
+  // stream of newer work), it runs it next. Age-based rather than periodic, because every
+  // oldest-first pop starts a fresh subtree and widens the depth-first working set
+  // (executor-loop.md has the measurements).
   std::uint32_t injector_check_interval = 61;
-  std::uint32_t local_fairness_interval = 1021;
+  std::uint32_t local_fairness_interval = 1u << 20;
   // Time source; null means the steady clock. Must outlive the runtime.
   spindle::clock* clock = nullptr;
   // Called on each worker thread when it starts (e.g. to set thread names); may be empty.
