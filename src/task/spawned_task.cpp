@@ -144,14 +144,22 @@ void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
     table_->erase(id_, e != nullptr ? std::int32_t(e->index()) : -1);
     table_ = nullptr;
   }
-  // acq_rel: release publishes outcome and result (S1); acquire pairs with the joiner's
-  // release of `joiner_` (S2).
+  // One CAS sets complete, takes over a registered joiner (clears join_waiting) and drops the
+  // running task's reference (S4). acq_rel: release publishes outcome and result (S1), acquire
+  // pairs with the joiner's release of `joiner_` (S2) and with other references' releases.
   std::uint32_t expected = flags_.load(std::memory_order_relaxed);
-  while (!flags_.compare_exchange_weak(expected, (expected | complete) & ~join_waiting,
-                                       std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  std::uint32_t desired;
+  do {
+    desired = ((expected | complete) & ~join_waiting) - one_reference;
+  } while (!flags_.compare_exchange_weak(expected, desired, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed));
+  if ((expected & join_waiting) != 0) {
+    // The waiting joiner holds a reference, so `this` is alive until it runs (S4); after
+    // wake() it may free us: touch nothing but locals from here on.
+    completion_waker* joiner = joiner_;
+    joiner->wake(joiner);
   }
-  if ((expected & join_waiting) != 0) joiner_->wake(joiner_);
-  release();
+  if ((desired >> reference_shift) == 0) destroy_(this);
 }
 
 void spawned_task_base::on_root_finished(outcome_kind outcome) noexcept { complete_with(outcome); }
@@ -169,7 +177,8 @@ void spawned_task_base::abandon() noexcept {
 
 void spawned_task_base::release() noexcept {
   // acq_rel: the last releaser must see every other owner's writes before destroying.
-  if (references_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy_(this);
+  const std::uint32_t previous = flags_.fetch_sub(one_reference, std::memory_order_acq_rel);
+  if ((previous >> reference_shift) == 1) destroy_(this);
 }
 
 // --- join awaiter ---------------------------------------------------------------------------

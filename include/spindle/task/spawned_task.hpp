@@ -8,6 +8,7 @@
 //   - cancellers (any thread, through the handle or a structured parent).
 //
 // State word `flags` (atomic):
+//   references       - upper 16 bits: counted references (S4)
 //   complete         - the root coroutine finished (value, exception or cancelled), outcome set
 //   cancel_requested - cancellation asked for; observed at the next suspension point
 //   join_waiting     - `joiner` is registered and must be woken on completion
@@ -23,8 +24,11 @@
 //        with a primitive (lock held across the registration), clears it when it resumes; a
 //        canceller calls wait->try_cancel() with the lock held, so the awaiter cannot be
 //        destroyed under it and cannot finish registering concurrently.
-//   (S4) `references`: one for the running task (dropped on completion), one for the handle
-//        (dropped when the handle is destroyed/detached/consumed). The last drop frees.
+//   (S4) `references`: one for the running task (dropped on completion, by the same CAS that
+//        sets `complete`), one for the handle (dropped when the handle is destroyed, detached or
+//        consumed), one per extra holder (join sets, timeouts). The last drop frees. A
+//        registered joiner always holds a reference, so the completer may read `joiner` after
+//        its CAS.
 //
 // Lock order: task lock (locked bit) before any primitive's lock. Primitives never take a task
 // lock while holding their own: waking is scheduling, which takes no task lock.
@@ -72,6 +76,10 @@ class spawned_task_base : public core::runnable {
     cancel_requested = 1u << 1,
     join_waiting = 1u << 2,
     locked = 1u << 3,
+    // References live in the upper 16 bits of the same word, so completing and dropping the
+    // running task's reference is one CAS.
+    reference_shift = 16,
+    one_reference = 1u << reference_shift,
   };
   enum class outcome_kind : std::uint8_t { value, exception, cancelled };
 
@@ -109,7 +117,7 @@ class spawned_task_base : public core::runnable {
   bool withdraw_joiner() noexcept;
   void add_reference() noexcept {
     // relaxed: the caller already holds a reference, so the object cannot vanish meanwhile.
-    references_.fetch_add(1, std::memory_order_relaxed);
+    flags_.fetch_add(one_reference, std::memory_order_relaxed);
   }
   void release() noexcept;
   outcome_kind outcome() const noexcept { return outcome_; }
@@ -144,8 +152,7 @@ class spawned_task_base : public core::runnable {
   void lock() noexcept;
   void unlock() noexcept;
 
-  std::atomic<std::uint32_t> flags_{0};
-  std::atomic<std::uint32_t> references_{2};
+  std::atomic<std::uint32_t> flags_{2 * one_reference};  // S4: the task and its handle
   bool started_ = false;  // executor-only: touched by whoever runs the task
   outcome_kind outcome_ = outcome_kind::value;
   core::scheduler* scheduler_;
