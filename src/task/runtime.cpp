@@ -1,4 +1,4 @@
-// The task layer's runtime: registry of live tasks, spawn entry points, shutdown step 5.
+// The task layer's runtime: the task table, spawn entry points, shutdown step 5.
 #include "spindle/task/runtime.hpp"
 
 #include <vector>

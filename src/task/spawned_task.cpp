@@ -46,6 +46,15 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   current_task = outer;
 }
 
+bool spawned_task_base::begin_function_run() noexcept {
+  started_ = true;
+  if (cancellation_requested()) {
+    complete_with(outcome_kind::cancelled);
+    return false;
+  }
+  return true;
+}
+
 void spawned_task_base::drop_entry(core::runnable* self) noexcept {
   static_cast<spawned_task_base*>(self)->abandon();
 }

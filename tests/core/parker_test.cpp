@@ -11,11 +11,14 @@
 #include <memory>
 #include <thread>
 
+#include "support/test_support.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
 using spindle::core::futex_parker;
 using spindle::core::park_driver;
+using namespace spindle::testing;
 
 TEST(FutexParker, NotificationBeforeWaitIsConsumedAtOnce) {
   futex_parker p;
@@ -69,26 +72,10 @@ TEST(FutexParker, BlockedOwnerIsWokenByAnotherThread) {
 // Ping-pong: each side publishes a counter, unparks the other, and waits (no timeout) until the
 // other side answered. A lost wake-up hangs the test.
 TEST(FutexParker, PingPongLosesNoWakeUp) {
-#if defined(__SANITIZE_THREAD__)
-  constexpr std::uint32_t rounds = 20000;
-#else
-  constexpr std::uint32_t rounds = 200000;
-#endif
+  constexpr std::uint32_t rounds = under_tsan ? 20000 : 200000;
   futex_parker a, b;
   std::atomic<std::uint32_t> ping{0}, pong{0};
-  std::thread other([&] {
-    for (std::uint32_t i = 1; i <= rounds; ++i) {
-      while (ping.load(std::memory_order_acquire) != i) b.wait(std::nullopt);
-      pong.store(i, std::memory_order_release);
-      a.unpark();
-    }
-  });
-  for (std::uint32_t i = 1; i <= rounds; ++i) {
-    ping.store(i, std::memory_order_release);
-    b.unpark();
-    while (pong.load(std::memory_order_acquire) != i) a.wait(std::nullopt);
-  }
-  other.join();
+  futex_ping_pong(a, b, ping, pong, rounds);
   EXPECT_EQ(pong.load(), rounds);
 }
 

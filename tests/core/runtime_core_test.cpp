@@ -11,46 +11,24 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <set>
-#include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "support/test_support.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
-
-// Liveness guard for conditions that must become true eventually; the deadline only turns a
-// hang into a failure, it is not a timing assertion.
-bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 20s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
-// Joins `h`, or fails the test (by throwing) when the task does not finish within a generous
-// limit: turns a lost wake-up into a failure instead of a hang.
-template <class T>
-T join_bounded(spindle::join_handle<T>&& h, std::chrono::seconds limit = 10s) {
-  if (!eventually([&h] { return h.is_finished(); }, limit)) {
-    throw std::runtime_error("task did not finish: lost wake-up (every executor parked?)");
-  }
-  return h.join();
-}
+using namespace spindle::testing;
 
 double utilisation_of(spindle::runtime& rt, std::uint32_t index) {
   return rt.core().executor_at(index).stats().utilisation.load() / 65536.0;
 }
 
-spindle::task<std::uint32_t> where_am_i() { co_return spindle::core::executor::current()->index(); }
-
 // (Coroutine lambdas must not capture: the closure dies before the frame. Free functions here.)
-spindle::task<int> yield_until(std::atomic<bool>& stop) {
+spindle::task<int> count_yields_until(std::atomic<bool>& stop) {
   int n = 0;
   while (!stop.load()) {
     co_await spindle::yield_now();
@@ -119,7 +97,7 @@ TEST(Registry, AddExecutorWhileRunningGivesDenseIds) {
   EXPECT_EQ(rt.executor_count(), 1u);
   // Keep the runtime busy while executors are added.
   std::atomic<bool> stop{false};
-  auto busy = rt.spawn(yield_until(stop));
+  auto busy = rt.spawn(count_yields_until(stop));
   for (std::uint32_t expected = 1; expected < 8; ++expected) {
     EXPECT_EQ(rt.add_executor(), expected);
     EXPECT_EQ(rt.executor_count(), expected + 1);

@@ -20,15 +20,13 @@
 #include <thread>
 #include <vector>
 
+#include "support/test_support.hpp"
+
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-constexpr std::uint64_t scale = 10;
-#elif defined(__SANITIZE_ADDRESS__)
-constexpr std::uint64_t scale = 4;
-#else
-constexpr std::uint64_t scale = 1;
-#endif
+using namespace spindle::testing;
+
+constexpr std::uint64_t scale = under_tsan ? 10 : under_asan ? 4 : 1;
 
 struct stopwatch {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -194,19 +192,7 @@ TEST(SpawnStress, FutexParkerPingPong) {
   spindle::core::futex_parker a, b;
   std::atomic<std::uint32_t> ping{0}, pong{0};
   stopwatch watch;
-  std::thread other([&] {
-    for (std::uint32_t i = 1; i <= rounds; ++i) {
-      while (ping.load(std::memory_order_acquire) != i) b.wait(std::nullopt);
-      pong.store(i, std::memory_order_release);
-      a.unpark();
-    }
-  });
-  for (std::uint32_t i = 1; i <= rounds; ++i) {
-    ping.store(i, std::memory_order_release);
-    b.unpark();
-    while (pong.load(std::memory_order_acquire) != i) a.wait(std::nullopt);
-  }
-  other.join();
+  futex_ping_pong(a, b, ping, pong, rounds);
   EXPECT_EQ(pong.load(), rounds);
   std::printf("futex_parker ping-pong: %u rounds in %.2f s\n", rounds, watch.seconds());
 }

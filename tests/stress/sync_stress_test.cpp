@@ -10,12 +10,11 @@
 #include <vector>
 
 #include "spindle/sync/sync.hpp"
-#include "sync/sync_test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
-using spindle_sync_test::scaled;
-using spindle_sync_test::spin_until;
+using namespace spindle::testing;
 
 spindle::task<void> produce(spindle::channel<std::uint64_t>& ch, std::uint64_t first,
                             std::uint64_t count) {
@@ -93,11 +92,7 @@ TEST(SyncStress, ChannelConsumersCancelledMidStreamLoseNothing) {
   for (auto& w : writers) w.join();
   ch.close();
   for (std::uint64_t c = 0; c < consumers; ++c) {
-    try {
-      readers[c].join();
-    } catch (const spindle::task_cancelled&) {
-      ++cancelled;
-    }
+    if (joined_cancelled(readers[c])) ++cancelled;
   }
   while (auto item = ch.try_receive()) received[consumers].push_back(*item);  // leftovers
   EXPECT_GE(cancelled, 1u);
@@ -127,11 +122,7 @@ TEST(SyncStress, MutexWithCancellations) {
   for (std::size_t t = 0; t < tasks; t += 4) handles[t].cancel();
   std::uint64_t cancelled = 0;
   for (auto& h : handles) {
-    try {
-      h.join();
-    } catch (const spindle::task_cancelled&) {
-      ++cancelled;
-    }
+    if (joined_cancelled(h)) ++cancelled;
   }
   std::uint64_t sum = 0;
   for (std::uint64_t n : per_task) sum += n;
@@ -146,9 +137,7 @@ spindle::task<void> bounded_work(spindle::semaphore& s, std::atomic<int>& holder
   for (std::uint64_t i = 0; i < rounds; ++i) {
     co_await s.acquire();
     const int now = holders.fetch_add(1) + 1;
-    int seen = max_holders.load();
-    while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {
-    }
+    raise_max(max_holders, now);
     if (i % 16 == 0) co_await spindle::yield_now();
     holders.fetch_sub(1);
     s.release();

@@ -11,14 +11,11 @@
 #include <optional>
 #include <vector>
 
-#include "sync/sync_test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
-using spindle_sync_test::joined_cancelled;
-using spindle_sync_test::scaled;
-using spindle_sync_test::spin_until;
-using spindle_sync_test::until;
+using namespace spindle::testing;
 
 TEST(Channel, CapacityZeroIsAUsageError) {
   EXPECT_THROW(spindle::channel<int>(0), spindle::usage_error);
@@ -234,11 +231,6 @@ TEST(Channel, DestroyingAChannelWakesItsWaitersWithTaskCancelled) {
   spin_until([&] { return ch->waiting_receivers() == 1; });
   ch.reset();
   EXPECT_TRUE(joined_cancelled(receiver));
-}
-
-spindle::task<void> cancel_task(const spindle::join_handle<std::optional<int>>* target) {
-  target->cancel();
-  co_return;
 }
 
 TEST(Channel, CancelRacingASendNeitherLosesNorDuplicatesTheItem) {

@@ -9,15 +9,11 @@
 #include <memory>
 #include <vector>
 
-#include "sync/sync_test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
-using spindle_sync_test::joined_cancelled;
-using spindle_sync_test::scaled;
-using spindle_sync_test::spin_until;
-
-spindle::task<void> wait_for(spindle::event& e) { co_await e.wait(); }
+using namespace spindle::testing;
 
 TEST(Event, SetResetAndIsSet) {
   spindle::event e;
@@ -96,11 +92,6 @@ TEST(Event, DestroyingAnEventWakesItsWaitersWithTaskCancelled) {
   spin_until([&] { return e->waiting() == 1; });
   e.reset();
   EXPECT_TRUE(joined_cancelled(waiter));
-}
-
-spindle::task<void> cancel_task(const spindle::join_handle<void>* target) {
-  target->cancel();
-  co_return;
 }
 
 TEST(Event, CancelRacingSetHasExactlyOneOutcome) {

@@ -10,14 +10,11 @@
 #include <memory>
 #include <vector>
 
-#include "sync/sync_test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
-using spindle_sync_test::joined_cancelled;
-using spindle_sync_test::scaled;
-using spindle_sync_test::spin_until;
-using spindle_sync_test::until;
+using namespace spindle::testing;
 
 TEST(Mutex, TryLockAndUnlockFromAPlainThread) {
   spindle::mutex m;
@@ -81,9 +78,7 @@ spindle::task<void> add_under_lock(spindle::mutex& m, std::uint64_t& counter,
   for (std::uint64_t i = 0; i < increments; ++i) {
     auto held = co_await m.lock();
     const int now = inside.fetch_add(1) + 1;
-    int seen = max_inside.load();
-    while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
-    }
+    raise_max(max_inside, now);
     ++counter;  // not atomic: the mutex is the only protection
     if (i % 64 == 0) co_await spindle::yield_now();  // hold the lock across a suspension
     inside.fetch_sub(1);
@@ -193,12 +188,7 @@ TEST(Mutex, ShutdownPassesOnALockHandedToATaskThatNeverResumed) {
     waiter = rt.spawn(lock_and_return(m, 1));
     spin_until([&] { return m.waiting() == 1; });
     // Occupy the only worker until the shutdown begins, so the woken waiter stays queued.
-    std::atomic<bool> occupied{false};
-    rt.spawn([&] {
-        occupied.store(true);
-        while (!rt.core().stopping()) spindle::core::cpu_relax();
-      }).detach();
-    spin_until([&] { return occupied.load(); });
+    occupy_a_worker_until_shutdown(rt);
     m.unlock();  // hands the lock to the waiter, which never gets to run
   }
   // Either the frame was destroyed holding the handed-over lock (its awaiter passed it on) or
@@ -207,11 +197,6 @@ TEST(Mutex, ShutdownPassesOnALockHandedToATaskThatNeverResumed) {
   EXPECT_EQ(m.waiting(), 0u);
   EXPECT_NE(waiter.status(), spindle::task_status::pending);
   std::printf("[   info   ] the waiter %s\n", waiter.status() == spindle::task_status::cancelled ? "was destroyed at shutdown" : "ran");
-}
-
-spindle::task<void> cancel_task(const spindle::join_handle<int>* target) {
-  target->cancel();
-  co_return;
 }
 
 TEST(Mutex, CancelRacingHandoffHasExactlyOneOutcome) {

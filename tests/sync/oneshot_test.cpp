@@ -7,12 +7,11 @@
 #include <string>
 #include <thread>
 
-#include "sync/sync_test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
-using spindle_sync_test::joined_cancelled;
-using spindle_sync_test::spin_until;
+using namespace spindle::testing;
 
 spindle::task<int> receive(spindle::oneshot_receiver<int>& rx) { co_return co_await rx; }
 

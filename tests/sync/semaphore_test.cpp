@@ -11,14 +11,11 @@
 #include <set>
 #include <vector>
 
-#include "sync/sync_test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
-using spindle_sync_test::joined_cancelled;
-using spindle_sync_test::scaled;
-using spindle_sync_test::spin_until;
-using spindle_sync_test::until;
+using namespace spindle::testing;
 
 TEST(Semaphore, TryAcquireAndReleaseCountPermits) {
   spindle::semaphore s(2);
@@ -39,9 +36,7 @@ spindle::task<void> hold_permits(spindle::semaphore& s, std::atomic<int>& holder
   for (std::uint64_t i = 0; i < rounds; ++i) {
     co_await s.acquire();
     const int now = holders.fetch_add(1) + 1;
-    int seen = max_holders.load();
-    while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {
-    }
+    raise_max(max_holders, now);
     co_await spindle::yield_now();  // hold the permit across a suspension
     holders.fetch_sub(1);
     s.release();
@@ -131,12 +126,7 @@ TEST(Semaphore, ShutdownReturnsAPermitHandedToATaskThatNeverResumed) {
     spindle::runtime rt({.workers = 1});
     auto waiter = rt.spawn(acquire_one(s));
     spin_until([&] { return s.waiting() == 1; });
-    std::atomic<bool> occupied{false};
-    rt.spawn([&] {
-        occupied.store(true);
-        while (!rt.core().stopping()) spindle::core::cpu_relax();
-      }).detach();
-    spin_until([&] { return occupied.load(); });
+    occupy_a_worker_until_shutdown(rt);
     s.release();  // hands the permit to the waiter, which never gets to run
     waiter.detach();
   }
@@ -144,11 +134,6 @@ TEST(Semaphore, ShutdownReturnsAPermitHandedToATaskThatNeverResumed) {
   // that finishes holding a permit does not return it): the permit is not duplicated.
   EXPECT_LE(s.available(), 1u);
   EXPECT_EQ(s.waiting(), 0u);
-}
-
-spindle::task<void> cancel_task(const spindle::join_handle<void>* target) {
-  target->cancel();
-  co_return;
 }
 
 TEST(Semaphore, CancelRacingReleaseConservesPermits) {

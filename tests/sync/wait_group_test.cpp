@@ -7,14 +7,11 @@
 #include <memory>
 #include <vector>
 
-#include "sync/sync_test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
-using spindle_sync_test::joined_cancelled;
-using spindle_sync_test::spin_until;
-
-spindle::task<void> wait_for(spindle::wait_group& g) { co_await g.wait(); }
+using namespace spindle::testing;
 
 TEST(WaitGroup, CountsAndRejectsGoingBelowZero) {
   spindle::wait_group g;

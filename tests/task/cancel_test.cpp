@@ -7,41 +7,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "support/test_support.hpp"
+
 namespace {
 
-using namespace std::chrono_literals;
+using namespace spindle::testing;
 
-bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 20s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
-// Passed by value to a coroutine, it lives in the frame from creation (even if the body never
-// starts) and counts the frame's destruction; the caller's moved-from copy counts nothing.
-struct frame_counter {
-  std::atomic<int>* destroyed;
-  explicit frame_counter(std::atomic<int>& d) : destroyed(&d) {}
-  frame_counter(frame_counter&& other) noexcept : destroyed(std::exchange(other.destroyed, nullptr)) {}
-  frame_counter& operator=(frame_counter&&) = delete;
-  ~frame_counter() {
-    if (destroyed != nullptr) destroyed->fetch_add(1, std::memory_order_relaxed);
-  }
-};
-
-spindle::task<int> value(int v) { co_return v; }
-spindle::task<void> yield_until(std::atomic<bool>& flag) {
-  while (!flag.load(std::memory_order_acquire)) co_await spindle::yield_now();
-}
 spindle::task<int> record_run(std::atomic<int>& ran) {
   ran.fetch_add(1);
   co_return 1;
@@ -166,7 +142,6 @@ TEST(Cancel, YieldNowObservesCancellation) {
 // cancellation.hpp: a task observes cancellation at "a cooperative-budget yield" too. A loop of
 // immediately-completing awaits (no explicit yield) must therefore end with task_cancelled. The
 // loop is bounded so that a task that ignores the cancel finishes (and the test fails, not hangs).
-spindle::task<int> immediate() { co_return 1; }
 spindle::task<long> bounded_immediate_loop(long n, std::atomic<bool>& started) {
   started.store(true);
   long total = 0;
@@ -186,11 +161,7 @@ TEST(Cancel, CooperativeBudgetYieldObservesCancellation) {
 // --- cancel vs complete ----------------------------------------------------------------------
 
 TEST(Cancel, RaceWithCompletionHasExactlyOneOutcome) {
-#if defined(__SANITIZE_THREAD__)
-  constexpr int total = 20000;
-#else
-  constexpr int total = 100000;
-#endif
+  constexpr int total = under_tsan ? 20000 : 100000;
   constexpr int batch = 1000;
   spindle::runtime rt({.workers = 2});
   int values = 0, cancelled = 0;
@@ -229,19 +200,13 @@ TEST(Cancel, OfADetachedTaskViaShutdown) {
 
 // --- shutdown with pending tasks -------------------------------------------------------------
 
-spindle::task<void> forever_yielding(frame_counter) {
-  while (true) co_await spindle::yield_now();
-}
 spindle::task<void> await_child(frame_counter, spindle::join_handle<void> child) {
   co_await std::move(child);
 }
 
 TEST(Shutdown, PendingTasksAreDestroyedOnceAndReportCancelled) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  constexpr int cycles = 50, tasks = 200;
-#else
-  constexpr int cycles = 1000, tasks = 1000;
-#endif
+  constexpr int cycles = under_tsan || under_asan ? 50 : 1000;
+  constexpr int tasks = under_tsan || under_asan ? 200 : 1000;
   const auto start = std::chrono::steady_clock::now();
   for (int cycle = 0; cycle < cycles; ++cycle) {
     std::atomic<int> destroyed{0};
@@ -336,11 +301,7 @@ TEST(Shutdown, NestedJoinChainIsTornDown) {
 // shutdown() is documented as idempotent; two threads calling it at once must not tear the
 // runtime down while workers still run.
 TEST(Shutdown, ConcurrentShutdownCalls) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  constexpr int cycles = 50;
-#else
-  constexpr int cycles = 300;
-#endif
+  constexpr int cycles = under_tsan || under_asan ? 50 : 300;
   for (int cycle = 0; cycle < cycles; ++cycle) {
     std::atomic<int> destroyed{0};
     std::vector<spindle::join_handle<void>> handles;

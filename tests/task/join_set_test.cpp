@@ -8,14 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <exception>
 #include <optional>
-#include <thread>
 #include <vector>
 
-#include "spindle/core/executor.hpp"
 #include "spindle/spindle.hpp"
 #include "spindle/time/sleep.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -24,30 +22,7 @@ using spindle::clock_duration;
 using spindle::clock_time;
 using spindle::join_set;
 using spindle::task;
-
-std::size_t armed_timers(spindle::runtime& rt) {
-  std::size_t count = 0;
-  for (std::uint32_t i = 0; i < rt.executor_count(); ++i) {
-    count += rt.core().executor_at(i).timers().size();
-  }
-  return count;
-}
-
-template <class Predicate>
-bool eventually(Predicate done) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
-constexpr clock_time virtual_start = clock_time{} + 1000h;
-
-struct boom : std::exception {
-  const char* what() const noexcept override { return "boom"; }
-};
+using namespace spindle::testing;
 
 task<int> value_after_yields(int value, int yields) {
   for (int i = 0; i < yields; ++i) co_await spindle::yield_now();

@@ -2,12 +2,10 @@
 // usage errors, spawn_on, block_on, status polling, generational ids, runtime lifecycle
 // (thousands of runtimes, destruction from one of its own workers).
 #include <spindle/spindle.hpp>
-#include <spindle/core/executor.hpp>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <functional>
 #include <latch>
 #include <memory>
@@ -15,42 +13,15 @@
 #include <set>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "support/test_support.hpp"
+
 namespace {
 
-using namespace std::chrono_literals;
+using namespace spindle::testing;
 
-bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 20s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
-// Joins `h`, or fails the test (by throwing) when the task does not finish within a generous
-// limit: turns a lost wake-up into a failure instead of a hang.
-template <class T>
-T join_bounded(spindle::join_handle<T>&& h, std::chrono::seconds limit = 10s) {
-  if (!eventually([&h] { return h.is_finished(); }, limit)) {
-    throw std::runtime_error("task did not finish: lost wake-up (every executor parked?)");
-  }
-  return h.join();
-}
-
-spindle::task<int> value(int v) { co_return v; }
-spindle::task<std::uint32_t> where_am_i() { co_return spindle::core::executor::current()->index(); }
-spindle::task<void> yield_until(std::atomic<bool>& flag) {
-  while (!flag.load(std::memory_order_acquire)) co_await spindle::yield_now();
-}
-
-struct custom_error {
-  int code;
-};
 spindle::task<int> fail_with(int code) {
   throw custom_error{code};
   co_return 0;
@@ -440,11 +411,7 @@ TEST(SpawnExceptions, ExceptionsThroughAwaitedHandles) {
 // --- runtime lifecycle -----------------------------------------------------------------------
 
 TEST(RuntimeLifecycle, CreatedAndDestroyedThousandsOfTimes) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  constexpr int cycles = 300;
-#else
-  constexpr int cycles = 3000;
-#endif
+  constexpr int cycles = under_tsan || under_asan ? 300 : 3000;
   for (int i = 0; i < cycles; ++i) {
     spindle::runtime rt({.workers = std::uint32_t(1 + i % 2)});
     if (i % 3 == 0) {
@@ -460,25 +427,8 @@ spindle::task<int> destroy_own_runtime(std::unique_ptr<spindle::runtime>& holder
   co_return 1;
 }
 
-// Passed by value, it lives in the coroutine frame from creation and counts its destruction.
-struct frame_counter {
-  std::atomic<int>* destroyed;
-  explicit frame_counter(std::atomic<int>& d) : destroyed(&d) {}
-  frame_counter(frame_counter&& other) noexcept : destroyed(std::exchange(other.destroyed, nullptr)) {}
-  ~frame_counter() {
-    if (destroyed != nullptr) destroyed->fetch_add(1);
-  }
-};
-spindle::task<void> forever_yielding(frame_counter) {
-  while (true) co_await spindle::yield_now();
-}
-
 TEST(RuntimeLifecycle, DestroyedFromOneOfItsOwnWorkers) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  constexpr int cycles = 50;
-#else
-  constexpr int cycles = 300;
-#endif
+  constexpr int cycles = under_tsan || under_asan ? 50 : 300;
   for (int cycle = 0; cycle < cycles; ++cycle) {
     std::atomic<int> destroyed{0};
     auto holder = std::make_unique<spindle::runtime>(

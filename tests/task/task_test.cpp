@@ -14,7 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "support/test_support.hpp"
+
 namespace {
+
+using namespace spindle::testing;
 
 // --- values ----------------------------------------------------------------------------------
 
@@ -114,10 +118,6 @@ TEST(Task, LazyAndOwnsItsFrame) {
 
 // --- exceptions ------------------------------------------------------------------------------
 
-struct custom_error {
-  int code;
-};
-
 spindle::task<int> thrower(int code) {
   if (code >= 0) throw custom_error{code};
   co_return 0;
@@ -172,7 +172,6 @@ TEST(Task, ExceptionFromTheBottomOfALongChain) {
 
 // --- constant stack --------------------------------------------------------------------------
 
-spindle::task<int> immediate() { co_return 1; }
 spindle::task<void> immediate_void() { co_return; }
 
 spindle::task<long> loop_of_awaits(long n) {

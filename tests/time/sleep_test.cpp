@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <thread>
 
-#include "spindle/core/executor.hpp"
 #include "spindle/spindle.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -22,29 +22,7 @@ using namespace std::chrono_literals;
 using spindle::clock_duration;
 using spindle::clock_time;
 using spindle::task;
-
-// Timers armed on all executors of `rt` right now.
-std::size_t armed_timers(spindle::runtime& rt) {
-  std::size_t count = 0;
-  for (std::uint32_t i = 0; i < rt.executor_count(); ++i) {
-    count += rt.core().executor_at(i).timers().size();
-  }
-  return count;
-}
-
-// Spins (yielding) until `done()`; false if that takes absurdly long (a hang, not a timing check).
-template <class Predicate>
-bool eventually(Predicate done) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
-// Far from the real steady clock, so an accidental real-clock read shows.
-constexpr clock_time virtual_start = clock_time{} + 1000h;
+using namespace spindle::testing;
 
 task<clock_duration> sleep_and_measure(clock_duration duration, std::atomic<bool>* started) {
   const clock_time start = spindle::now();

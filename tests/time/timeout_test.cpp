@@ -8,12 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <exception>
-#include <thread>
 
-#include "spindle/core/executor.hpp"
 #include "spindle/spindle.hpp"
 #include "spindle/time/time.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -21,30 +19,7 @@ using namespace std::chrono_literals;
 using spindle::clock_duration;
 using spindle::clock_time;
 using spindle::task;
-
-std::size_t armed_timers(spindle::runtime& rt) {
-  std::size_t count = 0;
-  for (std::uint32_t i = 0; i < rt.executor_count(); ++i) {
-    count += rt.core().executor_at(i).timers().size();
-  }
-  return count;
-}
-
-template <class Predicate>
-bool eventually(Predicate done) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
-constexpr clock_time virtual_start = clock_time{} + 1000h;
-
-struct boom : std::exception {
-  const char* what() const noexcept override { return "boom"; }
-};
+using namespace spindle::testing;
 
 // Sleeps, then returns `value`; records whether it saw its cancellation.
 task<int> slow_value(clock_duration duration, int value, std::atomic<bool>* saw_cancel) {

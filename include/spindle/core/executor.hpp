@@ -11,11 +11,13 @@
 //   1. every `injector_check_interval` iterations, the own injector shard first (so remote work
 //      cannot starve behind a busy local queue);
 //   2. the inbox (runnables sent to this executor specifically);
-//   3. the local queue (newest first; the oldest if it has starved, see runtime_options);
+//   3. the local queue, newest first (at the step-1 checks, the oldest instead if it has been
+//      the oldest for `local_fairness_interval` iterations);
 //   4. the injector: own shard, then the others;
 //   5. stealing (bounded number of concurrent searchers, random victims, steal half,
 //      exponential backoff between rounds);
-//   6. park (parking protocol in runtime_core / docs/design/parking.md).
+//   6. park (parking protocol in runtime_core / docs/design/parking.md); while another
+//      executor is awake, at most for the stuck-owner check interval (executor-loop.md).
 // After every `budget` runnables the executor fires due timers (and, later, polls I/O) even if
 // work is still queued.
 #pragma once

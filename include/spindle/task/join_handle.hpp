@@ -20,6 +20,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
+#include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "spindle/core/errors.hpp"
@@ -30,21 +33,31 @@ namespace spindle {
 
 namespace detail {
 
+// A spawned task whose body is a task<T> coroutine (the root of its chain of awaits).
 template <class T>
-class spawned_task final : public spawned_task_base {
+class spawned_task : public spawned_task_base {
  public:
   static spawned_task* create(core::scheduler& scheduler, task<T> body) {
     void* memory = core::allocate_frame(sizeof(spawned_task));
     return ::new (memory) spawned_task(scheduler, std::move(body));
   }
-  T take_result() { return body_.handle().promise().take_result(); }
+  // The outcome of a completed task: its value, or its exception rethrown.
+  T take_result() { return take_result_(this); }
+
+ protected:
+  using take_function = T (*)(spawned_task*);
+  spawned_task(core::scheduler& scheduler, destroy_function destroy, frame_function destroy_frame,
+               take_function take) noexcept
+      : spawned_task_base(scheduler, {}, destroy, destroy_frame), take_result_(take) {}
 
  private:
   spawned_task(core::scheduler& scheduler, task<T> body) noexcept
       : spawned_task_base(scheduler, body.handle(), &destroy_self, &destroy_body),
+        take_result_(&take_from_body),
         body_(std::move(body)) {
     body_.handle().promise().set_root(this);
   }
+  static T take_from_body(spawned_task* self) { return self->body_.handle().promise().take_result(); }
   static void destroy_body(spawned_task_base* self) noexcept {
     static_cast<spawned_task*>(self)->body_ = task<T>();
   }
@@ -53,7 +66,70 @@ class spawned_task final : public spawned_task_base {
     typed->~spawned_task();
     core::deallocate_frame(typed);
   }
+  take_function take_result_;
   task<T> body_;
+};
+
+// A spawned task whose body is a plain callable: one allocation, no coroutine frame, run
+// directly by the executor (what foreign threads submit most often).
+template <class T, class F>
+class spawned_function final : public spawned_task<T> {
+  using base = spawned_task<T>;
+
+ public:
+  static spawned_function* create(core::scheduler& scheduler, F function) {
+    void* memory = core::allocate_frame(sizeof(spawned_function));
+    return ::new (memory) spawned_function(scheduler, std::move(function));
+  }
+
+ private:
+  spawned_function(core::scheduler& scheduler, F function)
+      : base(scheduler, &destroy_self, &destroy_function, &take_stored), function_(std::move(function)) {
+    static const core::runnable_vtable table = {&run_entry, &spawned_task_base::drop_entry};
+    this->vtable = &table;
+  }
+  static void run_entry(core::runnable* r) noexcept {
+    auto* self = static_cast<spawned_function*>(r);
+    if (!self->begin_function_run()) return;  // cancelled before it ran: it never runs
+    try {
+      if constexpr (std::is_void_v<T>) {
+        (*self->function_)();
+      } else {
+        ::new (static_cast<void*>(&self->value_)) T((*self->function_)());
+        self->has_value_ = true;
+      }
+    } catch (...) {
+      self->exception_ = std::current_exception();
+    }
+    self->function_.reset();
+    self->finish_function_run(self->exception_ ? spawned_task_base::outcome_kind::exception
+                                               : spawned_task_base::outcome_kind::value);
+  }
+  static T take_stored(base* task) {
+    auto* self = static_cast<spawned_function*>(task);
+    if (self->exception_) std::rethrow_exception(self->exception_);
+    if constexpr (!std::is_void_v<T>) return std::move(*std::launder(reinterpret_cast<T*>(&self->value_)));
+  }
+  static void destroy_function(spawned_task_base* self) noexcept {
+    static_cast<spawned_function*>(self)->function_.reset();
+  }
+  static void destroy_self(spawned_task_base* self) noexcept {
+    auto* typed = static_cast<spawned_function*>(self);
+    typed->~spawned_function();
+    core::deallocate_frame(typed);
+  }
+  ~spawned_function() {
+    if constexpr (!std::is_void_v<T>) {
+      if (has_value_) std::launder(reinterpret_cast<T*>(&value_))->~T();
+    }
+  }
+
+  std::optional<F> function_;
+  std::exception_ptr exception_;
+  struct empty {};
+  using storage = std::conditional_t<std::is_void_v<T>, empty, T>;
+  alignas(storage) unsigned char value_[sizeof(storage)];
+  bool has_value_ = false;
 };
 
 // Blocks a plain thread until a task completes.

@@ -67,8 +67,13 @@ template <class T>
 inline constexpr bool is_task_v<task<T>> = true;
 
 template <class F>
-auto as_task(F function) -> task<std::invoke_result_t<F&>> {
-  co_return function();
+auto spawn_function_in(runtime_state& state, F function) {
+  using result = std::invoke_result_t<F&>;
+  if (state.core->stopping()) throw runtime_stopped();
+  auto* spawned = spawned_function<result, F>::create(*state.core, std::move(function));
+  spawned->enter_table(state.tasks, current_executor_index(*state.core));
+  state.core->schedule(spawned, core::schedule_hint::spawn);
+  return join_handle<result>(spawned);
 }
 
 }  // namespace detail
@@ -91,7 +96,7 @@ class runtime {
   template <class F>
     requires(!detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
   auto spawn(F&& function) {
-    return spawn(detail::as_task(std::decay_t<F>(std::forward<F>(function))));
+    return detail::spawn_function_in(*state_, std::decay_t<F>(std::forward<F>(function)));
   }
   // Spawns on one specific executor (its inbox); the task runs there first.
   template <class T>

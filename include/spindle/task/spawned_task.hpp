@@ -145,9 +145,15 @@ class spawned_task_base : public core::runnable {
                     destroy_function destroy, frame_function destroy_frame) noexcept;
   ~spawned_task_base() = default;
 
+  // For spawned tasks whose body is a plain function (run directly, no coroutine): call
+  // begin_function_run first (false: it was cancelled before it ran and is now complete), then
+  // finish_function_run with the outcome.
+  bool begin_function_run() noexcept;
+  void finish_function_run(outcome_kind outcome) noexcept { complete_with(outcome); }
+  static void drop_entry(core::runnable* self) noexcept;
+
  private:
   static void run_entry(core::runnable* self) noexcept;
-  static void drop_entry(core::runnable* self) noexcept;
   void complete_with(outcome_kind outcome) noexcept;
   void lock() noexcept;
   void unlock() noexcept;
