@@ -122,9 +122,26 @@ void runtime_core::schedule(runnable* r, schedule_hint hint) noexcept {
     e->push_local(r, hint);
     return;
   }
-  thread_local std::uint32_t random_state =
-      std::uint32_t(reinterpret_cast<std::uintptr_t>(&random_state) >> 4) | 1u;
-  const std::uint32_t target = pick_two_choices(random_state);
+  // P2C reads four cache lines of two busy executors; a thread submitting in a burst reuses
+  // its choice for `placement_reuse` submissions (the loads it compared are that stale anyway).
+  struct placement_cache {
+    const runtime_core* core = nullptr;
+    std::uint32_t target = 0;
+    std::uint32_t uses_left = 0;
+    std::uint32_t random_state = 0;
+  };
+  constexpr std::uint32_t placement_reuse = 16;
+  thread_local placement_cache placement;
+  if (placement.random_state == 0) {
+    placement.random_state = std::uint32_t(reinterpret_cast<std::uintptr_t>(&placement) >> 4) | 1u;
+  }
+  if (placement.core != this || placement.uses_left == 0 || placement.target >= executor_count()) {
+    placement.core = this;
+    placement.target = pick_two_choices(placement.random_state);
+    placement.uses_left = placement_reuse;
+  }
+  --placement.uses_left;
+  const std::uint32_t target = placement.target;
   injector_.push(target, r);
   notify_work_available(target);
 }
