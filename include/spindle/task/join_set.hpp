@@ -62,20 +62,6 @@ namespace spindle {
 
 namespace detail {
 
-// A spawned task created and entered in the table but not yet scheduled, so the caller can
-// register a joiner or keep a raw reference before it can run. The caller then calls
-// schedule_prepared exactly once. Holds the usual two references (running + handle).
-template <class T>
-spawned_task<T>* prepare_spawn(runtime_state& state, task<T> body) {
-  if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
-  if (state.core->stopping()) throw runtime_stopped();
-  auto* spawned = spawned_task<T>::create(*state.core, std::move(body));
-  spawned->enter_table(state.tasks, current_executor_index(*state.core));
-  return spawned;
-}
-inline void schedule_prepared(runtime_state& state, spawned_task_base* spawned) noexcept {
-  state.core->schedule(spawned, core::schedule_hint::spawn);
-}
 // The task layer's state of `rt`.
 inline runtime_state& state_of(runtime& rt) noexcept {
   return *static_cast<runtime_state*>(rt.core().layer_state());

@@ -51,13 +51,26 @@ std::int32_t current_executor_index(const core::runtime_core& core) noexcept;
 
 runtime_state* current_runtime_state() noexcept;
 
+// A spawned task created and entered in the table but not yet scheduled, so the caller can
+// register a joiner or keep a raw reference before it can run. The caller then schedules it
+// exactly once (schedule_prepared, or schedule_on for a specific executor). Holds the usual two
+// references (running + handle).
 template <class T>
-join_handle<T> spawn_in(runtime_state& state, task<T> body) {
+spawned_task<T>* prepare_spawn(runtime_state& state, task<T> body) {
   if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
   if (state.core->stopping()) throw runtime_stopped();
   auto* spawned = spawned_task<T>::create(*state.core, std::move(body));
   spawned->enter_table(state.tasks, current_executor_index(*state.core));
+  return spawned;
+}
+inline void schedule_prepared(runtime_state& state, spawned_task_base* spawned) noexcept {
   state.core->schedule(spawned, core::schedule_hint::spawn);
+}
+
+template <class T>
+join_handle<T> spawn_in(runtime_state& state, task<T> body) {
+  auto* spawned = prepare_spawn(state, std::move(body));
+  schedule_prepared(state, spawned);
   return join_handle<T>(spawned);
 }
 
@@ -126,11 +139,8 @@ class runtime {
 
 template <class T>
 join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body) {
-  if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
   if (executor_index >= executor_count()) throw usage_error("spindle: no such executor");
-  if (state_->core->stopping()) throw runtime_stopped();
-  auto* spawned = detail::spawned_task<T>::create(*state_->core, std::move(body));
-  spawned->enter_table(state_->tasks, detail::current_executor_index(*state_->core));
+  auto* spawned = detail::prepare_spawn(*state_, std::move(body));
   state_->core->schedule_on(executor_index, spawned);
   return join_handle<T>(spawned);
 }
