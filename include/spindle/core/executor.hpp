@@ -146,6 +146,7 @@ class executor {
   runnable* inbox_backlog_ = nullptr;  // taken from the inbox, not yet run (FIFO via next)
   std::vector<std::uint64_t> observed_progress_;  // other executors' progress at last park
   std::uint64_t tick_ = 0;
+  std::uint32_t until_injector_check_ = 1;  // iterations left before the fairness checks
   std::uint16_t oldest_position_seen_ = 0;  // local queue position of the oldest item last seen
   std::uint64_t oldest_since_tick_ = 0;     // tick at which that item was first seen oldest
   std::uint32_t budget_used_ = 0;
