@@ -35,7 +35,8 @@ void injector::push_batch(std::size_t shard, runnable* first, runnable* last,
 runnable* injector::pop_batch(std::size_t shard, std::size_t max, std::size_t& taken) noexcept {
   shard_state& s = shards_[shard];
   taken = 0;
-  // seq_cst/relaxed: a cheap emptiness check before contending for the consumer role.
+  // relaxed: a cheap emptiness hint before contending for the consumer role; a push that races
+  // it is followed by a notify (parking.md), so a stale zero strands nothing.
   if (s.size.load(std::memory_order_relaxed) <= 0) return nullptr;
   // acquire: the previous consumer's updates of `front` are visible to us.
   if (s.consumer_busy.exchange(true, std::memory_order_acquire)) return nullptr;

@@ -57,39 +57,6 @@ sync_waiter::outcome sync_waiter::abandon_wait() noexcept {
 
 // --- wait_queue -------------------------------------------------------------------------------
 
-void wait_queue::push_back(sync_waiter* w) noexcept {
-  w->next_ = nullptr;
-  w->previous_ = tail_;
-  if (tail_ != nullptr) {
-    tail_->next_ = w;
-  } else {
-    head_ = w;
-  }
-  tail_ = w;
-  ++size_;
-}
-
-sync_waiter* wait_queue::pop_front() noexcept {
-  sync_waiter* w = head_;
-  if (w != nullptr) remove(w);
-  return w;
-}
-
-void wait_queue::remove(sync_waiter* w) noexcept {
-  if (w->previous_ != nullptr) {
-    w->previous_->next_ = w->next_;
-  } else {
-    head_ = w->next_;
-  }
-  if (w->next_ != nullptr) {
-    w->next_->previous_ = w->previous_;
-  } else {
-    tail_ = w->previous_;
-  }
-  w->previous_ = w->next_ = nullptr;
-  --size_;
-}
-
 void wait_queue::complete_all(sync_waiter::outcome result, wake_list& to_wake) noexcept {
   while (sync_waiter* w = pop_front()) to_wake.add(w, result);
 }

@@ -46,37 +46,6 @@ void join_set_core::free_child(join_set_child* child) noexcept {
   delete child;
 }
 
-void join_set_core::child_list::push_back(join_set_child* c) noexcept {
-  c->previous = tail;
-  c->next = nullptr;
-  if (tail != nullptr) {
-    tail->next = c;
-  } else {
-    head = c;
-  }
-  tail = c;
-}
-
-void join_set_core::child_list::remove(join_set_child* c) noexcept {
-  if (c->previous != nullptr) {
-    c->previous->next = c->next;
-  } else {
-    head = c->next;
-  }
-  if (c->next != nullptr) {
-    c->next->previous = c->previous;
-  } else {
-    tail = c->previous;
-  }
-  c->previous = c->next = nullptr;
-}
-
-join_set_child* join_set_core::child_list::pop_front() noexcept {
-  join_set_child* c = head;
-  if (c != nullptr) remove(c);
-  return c;
-}
-
 // --- the core ------------------------------------------------------------------------------------
 
 join_set_core* join_set_core::create() { return new join_set_core(); }
@@ -125,7 +94,7 @@ void join_set_core::on_child_complete(completion_waker* self) noexcept {
 }
 
 void join_set_core::collect_running_locked(std::vector<spawned_task_base*>& out) {
-  for (join_set_child* c = running_.head; c != nullptr; c = c->next) {
+  for (join_set_child* c = running_.front(); c != nullptr; c = child_list::next(c)) {
     // The node's reference keeps the task alive while we hold the mutex; ours keeps it alive
     // after (the completer may free an orphaned node as soon as we unlock).
     c->task->add_reference();
@@ -142,7 +111,7 @@ void join_set_core::cancel_running() noexcept {
     // Out of memory for the list: cancel under the lock instead (request_cancel takes the
     // child's task lock and maybe its primitive's; none of them ever waits for this mutex).
     std::lock_guard lock(mutex_);
-    for (join_set_child* c = running_.head; c != nullptr; c = c->next) c->task->request_cancel();
+    for (join_set_child* c = running_.front(); c != nullptr; c = child_list::next(c)) c->task->request_cancel();
     for (spawned_task_base* t : targets) t->release();
     return;
   }
@@ -177,7 +146,7 @@ join_set_core::next_wait::~next_wait() {
 }
 
 bool join_set_core::next_wait::satisfied_by_locked() const noexcept {
-  return mode_ == mode::next_child || core_.running_.head == nullptr;
+  return mode_ == mode::next_child || core_.running_.empty();
 }
 
 bool join_set_core::next_wait::await_suspend(std::coroutine_handle<> h) {
@@ -198,10 +167,10 @@ bool join_set_core::next_wait::await_suspend(std::coroutine_handle<> h) {
   {
     std::lock_guard lock(core_.mutex_);
     const bool nothing_to_hand_out =
-        cancellable ? core_.completed_.head == nullptr : true;
+        cancellable ? core_.completed_.empty() : true;
     if (core_.waiter_ != nullptr) {
       busy = true;
-    } else if (nothing_to_hand_out && core_.running_.head != nullptr) {
+    } else if (nothing_to_hand_out && !core_.running_.empty()) {
       suspended_ = true;
       core_.waiter_ = this;  // wait for a completion (next) / the last completion (shutdown)
       suspend = true;
@@ -224,7 +193,7 @@ join_set_child* join_set_core::next_wait::await_resume() {
     child_list unconsumed;
     {
       std::lock_guard lock(core_.mutex_);
-      assert(core_.running_.head == nullptr);
+      assert(core_.running_.empty());
       unconsumed = std::exchange(core_.completed_, {});
     }
     while (join_set_child* c = unconsumed.pop_front()) free_child(c);
@@ -233,7 +202,7 @@ join_set_child* join_set_core::next_wait::await_resume() {
   std::lock_guard lock(core_.mutex_);
   join_set_child* child = core_.completed_.pop_front();
   // Woken by a completion, or did not suspend: a completed child exists unless the set is empty.
-  assert(child != nullptr || core_.running_.head == nullptr);
+  assert(child != nullptr || core_.running_.empty());
   return child;
 }
 

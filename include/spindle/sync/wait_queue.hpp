@@ -37,6 +37,7 @@
 #include <stdexcept>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/core/intrusive_list.hpp"
 #include "spindle/task/cancellation.hpp"
 #include "spindle/task/spawned_task.hpp"
 
@@ -118,20 +119,18 @@ class wait_queue {
   wait_queue(const wait_queue&) = delete;
   wait_queue& operator=(const wait_queue&) = delete;
 
-  bool empty() const noexcept { return head_ == nullptr; }
-  std::size_t size() const noexcept { return size_; }
-  sync_waiter* front() const noexcept { return head_; }  // oldest, null if empty
+  bool empty() const noexcept { return waiters_.empty(); }
+  std::size_t size() const noexcept { return waiters_.size(); }
+  sync_waiter* front() const noexcept { return waiters_.front(); }  // oldest, null if empty
 
-  void push_back(sync_waiter* w) noexcept;
-  sync_waiter* pop_front() noexcept;  // null if empty
-  void remove(sync_waiter* w) noexcept;
+  void push_back(sync_waiter* w) noexcept { waiters_.push_back(w); }
+  sync_waiter* pop_front() noexcept { return waiters_.pop_front(); }  // null if empty
+  void remove(sync_waiter* w) noexcept { waiters_.remove(w); }
   // Pops every waiter, FIFO, onto `to_wake` with outcome `result`.
   void complete_all(sync_waiter::outcome result, wake_list& to_wake) noexcept;
 
  private:
-  sync_waiter* head_ = nullptr;
-  sync_waiter* tail_ = nullptr;
-  std::size_t size_ = 0;
+  core::intrusive_list<sync_waiter, &sync_waiter::previous_, &sync_waiter::next_> waiters_;
 };
 
 // Waiters popped under a primitive lock, to be woken once it is released. Declare it BEFORE the

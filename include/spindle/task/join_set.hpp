@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/core/intrusive_list.hpp"
 #include "spindle/task/join_handle.hpp"
 #include "spindle/task/runtime.hpp"
 #include "spindle/task/task.hpp"
@@ -152,13 +153,8 @@ class join_set_core {
   };
 
  private:
-  struct child_list {
-    join_set_child* head = nullptr;
-    join_set_child* tail = nullptr;
-    void push_back(join_set_child* c) noexcept;
-    void remove(join_set_child* c) noexcept;
-    join_set_child* pop_front() noexcept;
-  };
+  using child_list =
+      core::intrusive_list<join_set_child, &join_set_child::previous, &join_set_child::next>;
   friend struct join_set_child;
   join_set_core() = default;
   static void on_child_complete(completion_waker* self) noexcept;
