@@ -58,11 +58,19 @@ measurement run_skynet(long leaves, int threads) {
   return {seconds_since(start), result, leaves * (leaves - 1) / 2};
 }
 
-// --- fib: spawn/join at every call (the fork-join issue replaces this with fork_join) --------
-spindle::task<long> fib(int n) {
+// --- fib: fork_join at every call, no cutoff ------------------------------------------------
+long fib(int n) {
+  if (n < 2) return n;
+  const auto [left, right] =
+      spindle::fork_join([n] { return fib(n - 1); }, [n] { return fib(n - 2); });
+  return left + right;
+}
+
+// fib-spawn: the same tree with a spawned task per call (what the foundation issue measured).
+spindle::task<long> fib_spawned(int n) {
   if (n < 2) co_return n;
-  auto left = spindle::spawn(fib(n - 1));
-  const long right = co_await fib(n - 2);
+  auto left = spindle::spawn(fib_spawned(n - 1));
+  const long right = co_await fib_spawned(n - 2);
   co_return right + co_await left;
 }
 
@@ -78,10 +86,52 @@ long fib_reference(int n) {
 
 measurement run_fib(long n, int threads) {
   spindle::runtime rt({.workers = std::uint32_t(threads)});
-  rt.block_on(fib(int(n) - 5));
+  spindle::run_on(rt, [n] { return fib(int(n) - 5); });
   const auto start = bench_clock::now();
-  const long result = rt.block_on(fib(int(n)));
+  const long result = spindle::run_on(rt, [n] { return fib(int(n)); });
   return {seconds_since(start), result, fib_reference(int(n))};
+}
+
+measurement run_fib_spawned(long n, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  rt.block_on(fib_spawned(int(n) - 5));
+  const auto start = bench_clock::now();
+  const long result = rt.block_on(fib_spawned(int(n)));
+  return {seconds_since(start), result, fib_reference(int(n))};
+}
+
+// --- reduce: sum of squares of N 64-bit integers, with a serial baseline line ----------------
+// The integers are i % 1000 (so the sum fits in 64 bits for any N this program can allocate).
+__attribute__((noinline)) long serial_sum_of_squares(const std::vector<long>& values) {
+  long sum = 0;
+  for (const long v : values) sum += v * v;
+  return sum;
+}
+
+measurement run_reduce(long count, int threads) {
+  std::vector<long> values(static_cast<std::size_t>(count));
+  long expected = 0;
+  for (long i = 0; i < count; ++i) {
+    values[std::size_t(i)] = i % 1000;
+    expected += (i % 1000) * (i % 1000);
+  }
+  // The serial loop, timed the same way (one warm-up pass over the data first).
+  serial_sum_of_squares(values);
+  auto start = bench_clock::now();
+  const long serial_result = serial_sum_of_squares(values);
+  const double serial_seconds = seconds_since(start);
+  std::printf("serial reduce %ld 1 %.6f result=%ld%s\n", count, serial_seconds, serial_result,
+              serial_result == expected ? "" : "(WRONG)");
+
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  auto parallel_sum = [&] {
+    return spindle::parallel_reduce(
+        values, 0L, [](long v) { return v * v; }, std::plus<long>{});
+  };
+  spindle::run_on(rt, parallel_sum);  // warm-up
+  start = bench_clock::now();
+  const long result = spindle::run_on(rt, parallel_sum);
+  return {seconds_since(start), result, expected};
 }
 
 // --- submit: a thread the runtime does not own submits N empty tasks, waits for all ----------
@@ -117,6 +167,8 @@ struct workload {
 const std::map<std::string, workload>& workloads() {
   static const std::map<std::string, workload> table = {
       {"fib", {&run_fib, 35}},
+      {"fib-spawn", {&run_fib_spawned, 30}},
+      {"reduce", {&run_reduce, 100000000}},
       {"skynet", {&run_skynet, 1000000}},
       {"submit", {&run_submit, 1000000}},
   };

@@ -10,6 +10,7 @@
 #include "spindle/task/join_set.hpp"
 #include "spindle/time/time.hpp"
 #include "spindle/sync/sync.hpp"
+#include "spindle/fork/fork.hpp"
 
 namespace spindle {
 

@@ -132,9 +132,22 @@ runnable* executor::take_starving_oldest() noexcept {
   return local_.pop_oldest();
 }
 
+runnable* executor::take_offer(std::uint32_t start) noexcept {
+  const std::uint32_t count = core_.executor_count();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::uint32_t victim = (start + i) % count;
+    if (victim == index_) continue;
+    if (runnable* r = core_.executor_at(victim).offers().take()) return r;
+  }
+  return nullptr;
+}
+
 runnable* executor::steal_round() noexcept {
   const std::uint32_t count = core_.executor_count();
   const std::uint32_t start = next_random() % count;
+  // Offers first: a promoted fork-join continuation waited a whole quantum to be offered and is
+  // the largest piece of work around (fork-join.md).
+  if (runnable* r = take_offer(start)) return r;
   for (std::uint32_t i = 0; i < count; ++i) {
     const std::uint32_t victim = (start + i) % count;
     if (victim == index_) continue;

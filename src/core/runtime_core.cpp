@@ -284,6 +284,7 @@ bool runtime_core::any_work_visible(std::uint32_t self_index) const noexcept {
   for (std::uint32_t i = 0; i < count; ++i) {
     // Two or more: a lone item is its owner's next runnable (only the stuck check takes it).
     if (i != self_index && executor_at(i).local().size() >= 2) return true;
+    if (i != self_index && executor_at(i).offers().maybe_occupied()) return true;
   }
   return false;
 }

@@ -4,6 +4,7 @@
 //   - the owner side of `local` (push/pop), the loop counters, `is_searching`, the random state.
 // What it shares (the executor handle other threads use):
 //   - the thief side of `local` and its size; `inbox` (anyone pushes, the owner drains);
+//   - `offers` (the owner publishes promoted fork-join work, anyone takes one item);
 //   - `timers` (anyone arms/disarms; the owner fires);
 //   - `parker` (anyone unparks); `stats` (owner writes, anyone reads).
 //
@@ -14,8 +15,9 @@
 //   3. the local queue, newest first (at the step-1 checks, the oldest instead if it has been
 //      the oldest for `local_fairness_interval` iterations);
 //   4. the injector: own shard, then the others;
-//   5. stealing (bounded number of concurrent searchers, random victims, steal half,
-//      exponential backoff between rounds);
+//   5. stealing (bounded number of concurrent searchers, random victims; first one item from
+//      the victims' offer boards, then half of a local queue; exponential backoff between
+//      rounds);
 //   6. park (parking protocol in runtime_core / docs/design/parking.md); while another
 //      executor is awake, at most for the stuck-owner check interval (executor-loop.md).
 // After every `budget` runnables the executor fires due timers (and, later, polls I/O) even if
@@ -30,6 +32,7 @@
 
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/local_queue.hpp"
+#include "spindle/core/offer_board.hpp"
 #include "spindle/core/parker.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/core/timer_wheel.hpp"
@@ -99,6 +102,7 @@ class executor {
   // Shared handle: what other threads may use.
   queue_type& local() noexcept { return local_; }
   executor_inbox& inbox() noexcept { return inbox_; }
+  offer_board& offers() noexcept { return offers_; }
   timer_service& timers() noexcept { return timers_; }
   park_driver& parker() noexcept { return *parker_; }
   const executor_stats& stats() const noexcept { return stats_; }
@@ -122,6 +126,7 @@ class executor {
   runnable* take_starving_oldest() noexcept;
   runnable* search() noexcept;
   runnable* steal_round() noexcept;
+  runnable* take_offer(std::uint32_t start) noexcept;
   void park() noexcept;
   void run_one(runnable* r) noexcept;
   void end_of_budget() noexcept;
@@ -136,6 +141,7 @@ class executor {
   const std::uint32_t index_;
   queue_type local_;
   executor_inbox inbox_;
+  offer_board offers_;
   timer_service timers_;
   std::unique_ptr<park_driver> parker_;
   executor_stats stats_;

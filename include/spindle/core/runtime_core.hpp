@@ -23,8 +23,8 @@
 //   1. PARKING: under sleepers_mutex_ add self to sleepers_, decrement unparked (and searching
 //      if it was searching).
 //   2. re-check: fence, then look at every work source (inbox, own and other injector shards,
-//      other executors' local queues). If something is there: remove self from sleepers_ (if a
-//      notifier has not already) and go back to the loop.
+//      other executors' local queues and offer boards). If something is there: remove self
+//      from sleepers_ (if a notifier has not already) and go back to the loop.
 //   3. PARKED: wait on the park driver until notified or the next timer deadline.
 //   4. On waking: if still in sleepers_ (timeout or spurious wake), remove self and count as
 //      unparked; else whoever woke us already did that, and counted us as a searcher only if it
@@ -41,6 +41,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -70,6 +71,9 @@ struct runtime_options {
   // (executor-loop.md has the measurements).
   std::uint32_t injector_check_interval = 61;
   std::uint32_t local_fairness_interval = 1u << 20;
+  // Fork-join heartbeat (fork-join.md): a latent right continuation becomes stealable only
+  // after it has waited this long. Zero promotes at every check (tests use it to force steals).
+  std::chrono::nanoseconds fork_quantum = std::chrono::microseconds(100);
   // Time source; null means the steady clock. Must outlive the runtime.
   spindle::clock* clock = nullptr;
   // Called on each worker thread when it starts (e.g. to set thread names); may be empty.
