@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <ranges>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,21 +41,44 @@ void emit(const char* workload, long param, int threads, const measurement& m) {
 }
 
 // --- skynet: a tree of tasks, 10 children per node -----------------------------------------
-spindle::task<long> skynet(long number, long size) {
+// `skynet` uses fork-join tasks, spindle's counterpart of oneTBB's task_group (which the peer
+// uses): each node's ten children are a parallel_reduce over the child numbers, so a child is a
+// latent continuation until a heartbeat promotes it. `skynet-tasks` spawns a coroutine task per
+// node and co_awaits the ten join handles (the spawn/join path of the foundation issue).
+long skynet_forked(long number, long size) {
+  if (size == 1) return number;
+  const long child_size = size / 10;
+  return spindle::parallel_reduce(
+      std::views::iota(0L, 10L), 0L,
+      [=](long i) { return skynet_forked(number + i * child_size, child_size); },
+      std::plus<long>{});
+}
+
+measurement run_skynet(long leaves, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::run_on(rt, [leaves] { return skynet_forked(0, leaves / 10); });  // warm-up
+  const auto start = bench_clock::now();
+  const long result = spindle::run_on(rt, [leaves] { return skynet_forked(0, leaves); });
+  return {seconds_since(start), result, leaves * (leaves - 1) / 2};
+}
+
+spindle::task<long> skynet_task(long number, long size) {
   if (size == 1) co_return number;
   const long child_size = size / 10;
   spindle::join_handle<long> children[10];
-  for (long i = 0; i < 10; ++i) children[i] = spindle::spawn(skynet(number + i * child_size, child_size));
+  for (long i = 0; i < 10; ++i) {
+    children[i] = spindle::spawn(skynet_task(number + i * child_size, child_size));
+  }
   long sum = 0;
   for (auto& child : children) sum += co_await child;
   co_return sum;
 }
 
-measurement run_skynet(long leaves, int threads) {
+measurement run_skynet_tasks(long leaves, int threads) {
   spindle::runtime rt({.workers = std::uint32_t(threads)});
-  rt.block_on(skynet(0, leaves / 10));  // warm-up: a tenth of the work
+  rt.block_on(skynet_task(0, leaves / 10));  // warm-up: a tenth of the work
   const auto start = bench_clock::now();
-  const long result = rt.block_on(skynet(0, leaves));
+  const long result = rt.block_on(skynet_task(0, leaves));
   return {seconds_since(start), result, leaves * (leaves - 1) / 2};
 }
 
@@ -170,6 +194,7 @@ const std::map<std::string, workload>& workloads() {
       {"fib-spawn", {&run_fib_spawned, 30}},
       {"reduce", {&run_reduce, 100000000}},
       {"skynet", {&run_skynet, 1000000}},
+      {"skynet-tasks", {&run_skynet_tasks, 1000000}},
       {"submit", {&run_submit, 1000000}},
   };
   return table;

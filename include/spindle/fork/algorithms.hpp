@@ -51,25 +51,37 @@ void for_each_offset(std::size_t count, Body& body) {
   run_loop(count, std::monostate{}, block, combine);
 }
 
+// Quicksort with the two sides of every partition forked. Elements equal to the pivot are
+// handled as in pdqsort: when the pivot equals the element just before the range (an earlier
+// pivot, no greater than anything in the range), every element equal to it goes left and is
+// done, so inputs with few distinct values stay O(n log n) with one partition pass per level.
 template <class It, class Compare>
-void quicksort(It first, It last, Compare& compare, int depth_left) {
-  const auto count = last - first;
-  if (count <= 16 || depth_left == 0) {  // small: insertion sort inside std::sort; degenerate
-    std::sort(first, last, compare);     // pivots: std::sort's own O(n log n) guarantee
+void quicksort(It first, It last, Compare& compare, int depth_left, bool leftmost) {
+  for (;;) {
+    const auto count = last - first;
+    if (count <= 16 || depth_left == 0) {  // small: insertion sort inside std::sort; degenerate
+      std::sort(first, last, compare);     // pivots: std::sort's own O(n log n) guarantee
+      return;
+    }
+    --depth_left;
+    // Median of three, moved to the front: the pivot stays at *first while partitioning.
+    It middle = first + count / 2, back = last - 1;
+    if (compare(*middle, *first)) std::iter_swap(middle, first);
+    if (compare(*back, *first)) std::iter_swap(back, first);
+    if (compare(*back, *middle)) std::iter_swap(back, middle);
+    std::iter_swap(first, middle);
+    if (!leftmost && !compare(*(first - 1), *first)) {
+      // Pivot == predecessor: [first, equal_end) are all equal to it; only the rest remains.
+      first = std::partition(first + 1, last, [&](const auto& x) { return !compare(*first, x); });
+      continue;
+    }
+    It less_end = std::partition(first + 1, last, [&](const auto& x) { return compare(x, *first); });
+    It pivot = less_end - 1;
+    std::iter_swap(first, pivot);
+    fork_join([&] { quicksort(first, pivot, compare, depth_left, leftmost); },
+              [&] { quicksort(pivot + 1, last, compare, depth_left, false); });
     return;
   }
-  // Median of three to the front, then a three-way partition around it: [less | equal | greater].
-  It middle = first + count / 2, back = last - 1;
-  if (compare(*middle, *first)) std::iter_swap(middle, first);
-  if (compare(*back, *first)) std::iter_swap(back, first);
-  if (compare(*back, *middle)) std::iter_swap(back, middle);
-  std::iter_swap(first, middle);  // the median is the pivot, kept at *first while partitioning
-  It less_end = std::partition(first + 1, last, [&](const auto& x) { return compare(x, *first); });
-  It equal_end = std::partition(less_end, last, [&](const auto& x) { return !compare(*first, x); });
-  std::iter_swap(first, less_end - 1);  // pivot joins the equal block
-  It lower_end = less_end - 1;
-  fork_join([&] { quicksort(first, lower_end, compare, depth_left - 1); },
-            [&] { quicksort(equal_end, last, compare, depth_left - 1); });
 }
 
 }  // namespace fork_detail
@@ -80,8 +92,11 @@ template <std::integral Index, class F>
 void parallel_for(Index first, Index last, F&& f) {
   fork_detail::check_callable(f);
   if (last < first) throw usage_error("spindle: parallel_for given last < first");
-  auto body = [&](std::size_t offset) { f(Index(first + Index(offset))); };
-  fork_detail::for_each_offset(std::size_t(last - first), body);
+  // Unsigned arithmetic: [INT_MIN, INT_MAX) is wider than int, and C++20 conversions back to a
+  // signed type are modular, so first + offset lands on the right value.
+  using unsigned_index = std::make_unsigned_t<Index>;
+  auto body = [&](std::size_t offset) { f(Index(unsigned_index(first) + unsigned_index(offset))); };
+  fork_detail::for_each_offset(std::size_t(unsigned_index(last) - unsigned_index(first)), body);
 }
 
 // f(*it) for every iterator it in [first, last).
@@ -145,14 +160,16 @@ T parallel_reduce(Range&& range, T identity, Map&& map, Combine&& combine) {
 }
 
 // Sorts [first, last) by `compare` (not stable): parallel quicksort, each partition's two sides
-// forked; pathological pivots fall back to std::sort below a depth of 2 log2(n).
+// forked (pdqsort's handling of equal elements); pathological pivot sequences fall back to
+// std::sort below a depth of 2 log2(n).
 template <std::random_access_iterator It, class Compare = std::ranges::less>
   requires std::sortable<It, Compare>
 void parallel_sort(It first, It last, Compare compare = {}) {
+  fork_detail::check_callable(compare);
   const std::size_t count = fork_detail::checked_count(last - first);
   int depth = 0;
   for (std::size_t n = count; n > 1; n >>= 1) depth += 2;
-  fork_detail::quicksort(first, last, compare, depth);
+  fork_detail::quicksort(first, last, compare, depth, /*leftmost=*/true);
 }
 
 template <std::ranges::random_access_range Range, class Compare = std::ranges::less>

@@ -35,6 +35,12 @@
 namespace spindle {
 namespace fork_detail {
 
+// What a branch returns, as held between the call and the return: an rvalue reference is held
+// (moved) as a value, an lvalue reference as a reference.
+template <class F>
+using branch_result_t = std::conditional_t<std::is_rvalue_reference_v<std::invoke_result_t<F&>>,
+                                           std::remove_cvref_t<std::invoke_result_t<F&>>,
+                                           std::invoke_result_t<F&>>;
 // What a branch's result becomes in the returned pair.
 template <class T>
 using result_t = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
@@ -134,10 +140,10 @@ struct fork_frame final : latent_frame {
 template <class Left, class Right>
   requires std::invocable<Left&> && std::invocable<Right&>
 auto fork_join(Left&& left, Right&& right)
-    -> std::pair<fork_detail::result_t<std::invoke_result_t<Left&>>,
-                 fork_detail::result_t<std::invoke_result_t<Right&>>> {
-  using left_type = std::invoke_result_t<Left&>;
-  using right_type = std::invoke_result_t<Right&>;
+    -> std::pair<fork_detail::result_t<fork_detail::branch_result_t<Left>>,
+                 fork_detail::result_t<fork_detail::branch_result_t<Right>>> {
+  using left_type = fork_detail::branch_result_t<Left>;
+  using right_type = fork_detail::branch_result_t<Right>;
   using right_function = std::remove_reference_t<Right>;
   fork_detail::check_callable(left);
   fork_detail::check_callable(right);
@@ -186,11 +192,16 @@ auto fork_join(Left&& left, Right&& right)
 
 // Runs `function` on one of `rt`'s workers and returns its result: inline on a worker of `rt`,
 // otherwise spawned there while the calling thread blocks. The entry point for fork-join
-// computations started from plain threads.
+// computations started from plain threads. From a worker of another runtime it is a usage_error
+// (that worker cannot block), raised before anything is spawned.
 template <class F>
   requires std::invocable<F&>
 decltype(auto) run_on(runtime& rt, F&& function) {
+  fork_detail::check_callable(function);
   if (detail::current_executor_index(rt.core()) >= 0) return std::invoke(function);
+  if (core::executor::current() != nullptr) {
+    throw usage_error("spindle: run_on(rt, ...) from a worker of another runtime");
+  }
   return rt.spawn([&function]() -> decltype(auto) { return std::invoke(function); }).join();
 }
 

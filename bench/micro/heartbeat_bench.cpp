@@ -1,0 +1,176 @@
+// How a fork notices the heartbeat (docs/design/fork-join.md, "Noticing the heartbeat"): the
+// cost each option adds to a fork, measured on fib(27) with a fork at every call and nothing
+// else, and how close to the 100 us quantum each one actually notices it.
+//
+//   none       no check: the floor.
+//   countdown  a per-thread counter decremented at every fork; at zero, read the clock and
+//              recalibrate so the reads come about four times per quantum (what spindle does).
+//   clock      read std::chrono::steady_clock at every fork.
+//   tsc        read the time-stamp counter (rdtsc) at every fork (x86 only).
+//   flag       a ticker thread sets a per-worker flag every quantum; every fork loads it.
+// Counters: `late_us` is the mean delay between a quantum's end and the fork that noticed it.
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+constexpr std::int64_t quantum_ns = 100'000;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
+      .count();
+}
+
+struct detector_stats {
+  std::int64_t noticed = 0;
+  std::int64_t total_late_ns = 0;
+};
+
+struct no_check {
+  bool due() { return false; }
+};
+
+struct countdown_check {
+  std::int64_t countdown = 1, interval = 1, last = now_ns(), next = now_ns() + quantum_ns;
+  detector_stats* stats;
+  bool due() {
+    if (--countdown > 0) [[likely]] return false;
+    const std::int64_t now = now_ns();
+    const std::int64_t elapsed = now - last;
+    last = now;
+    constexpr std::int64_t target = quantum_ns / 4;
+    if (elapsed < target / 2 && interval < (1 << 20)) interval *= 2;
+    else if (elapsed > target * 2 && interval > 1) interval /= 2;
+    countdown = interval;
+    if (now < next) return false;
+    stats->noticed++;
+    stats->total_late_ns += now - next;
+    next = now + quantum_ns;
+    return true;
+  }
+};
+
+struct clock_check {
+  std::int64_t next = now_ns() + quantum_ns;
+  detector_stats* stats;
+  bool due() {
+    const std::int64_t now = now_ns();
+    if (now < next) [[likely]] return false;
+    stats->noticed++;
+    stats->total_late_ns += now - next;
+    next = now + quantum_ns;
+    return true;
+  }
+};
+
+#if defined(__x86_64__)
+struct tsc_check {
+  std::uint64_t next, ticks_per_quantum;
+  detector_stats* stats;
+  bool due() {
+    const std::uint64_t now = __rdtsc();
+    if (now < next) [[likely]] return false;
+    stats->noticed++;
+    next = now + ticks_per_quantum;
+    return true;
+  }
+};
+#endif
+
+struct flag_check {
+  std::atomic<bool>* flag;
+  detector_stats* stats;
+  bool due() {
+    if (!flag->load(std::memory_order_relaxed)) [[likely]] return false;
+    flag->store(false, std::memory_order_relaxed);
+    stats->noticed++;
+    return true;
+  }
+};
+
+template <class Check>
+__attribute__((noinline)) long fib(int n, Check& check) {
+  if (n < 2) return n;
+  if (check.due()) [[unlikely]] benchmark::ClobberMemory();  // "promote"
+  return fib(n - 1, check) + fib(n - 2, check);
+}
+
+template <class Check>
+void run(benchmark::State& state, Check& check, detector_stats& stats) {
+  long forks = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(fib(27, check));
+    forks += 317810;  // fib(27) internal nodes
+  }
+  state.counters["ns_per_fork"] =
+      benchmark::Counter(double(forks), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  if (stats.noticed > 0) {
+    state.counters["late_us"] = double(stats.total_late_ns) / double(stats.noticed) / 1000.0;
+  }
+}
+
+void BM_HeartbeatNone(benchmark::State& state) {
+  no_check check;
+  detector_stats stats;
+  run(state, check, stats);
+}
+BENCHMARK(BM_HeartbeatNone);
+
+void BM_HeartbeatCountdown(benchmark::State& state) {
+  detector_stats stats;
+  countdown_check check{.stats = &stats};
+  run(state, check, stats);
+}
+BENCHMARK(BM_HeartbeatCountdown);
+
+void BM_HeartbeatClockEveryFork(benchmark::State& state) {
+  detector_stats stats;
+  clock_check check{.stats = &stats};
+  run(state, check, stats);
+}
+BENCHMARK(BM_HeartbeatClockEveryFork);
+
+#if defined(__x86_64__)
+void BM_HeartbeatTscEveryFork(benchmark::State& state) {
+  detector_stats stats;
+  // Calibrate the TSC against the steady clock over 10 ms.
+  const std::uint64_t tsc0 = __rdtsc();
+  const std::int64_t t0 = now_ns();
+  while (now_ns() - t0 < 10'000'000) {
+  }
+  const double ticks_per_ns = double(__rdtsc() - tsc0) / double(now_ns() - t0);
+  const auto per_quantum = std::uint64_t(ticks_per_ns * quantum_ns);
+  tsc_check check{__rdtsc() + per_quantum, per_quantum, &stats};
+  run(state, check, stats);
+}
+BENCHMARK(BM_HeartbeatTscEveryFork);
+#endif
+
+void BM_HeartbeatTickerFlag(benchmark::State& state) {
+  detector_stats stats;
+  std::atomic<bool> flag{false}, stop{false};
+  std::thread ticker([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(quantum_ns));
+      flag.store(true, std::memory_order_relaxed);
+    }
+  });
+  flag_check check{&flag, &stats};
+  run(state, check, stats);
+  stop = true;
+  ticker.join();
+  state.counters["heartbeats_per_s"] = benchmark::Counter(double(stats.noticed),
+                                                          benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_HeartbeatTickerFlag)->UseRealTime();
+
+}  // namespace
