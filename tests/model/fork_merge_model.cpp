@@ -60,30 +60,11 @@
 #include "spindle/core/offer_board.hpp"
 #include "spindle/core/runnable.hpp"
 
-#include <relacy/relacy.hpp>
-
-// relacy.hpp redefines the std::memory_order_* names as macros (for its std:: aliasing); this
-// file uses the real ones.
-#undef memory_order_relaxed
-#undef memory_order_consume
-#undef memory_order_acquire
-#undef memory_order_release
-#undef memory_order_acq_rel
-#undef memory_order_seq_cst
+#include "model/relacy_bridge.hpp"
 
 namespace {
 
-constexpr rl::memory_order to_rl(std::memory_order mo) {
-  switch (mo) {
-    case std::memory_order_relaxed: return rl::mo_relaxed;
-    case std::memory_order_consume: return rl::mo_consume;
-    case std::memory_order_acquire: return rl::mo_acquire;
-    case std::memory_order_release: return rl::mo_release;
-    case std::memory_order_acq_rel: return rl::mo_acq_rel;
-    case std::memory_order_seq_cst: return rl::mo_seq_cst;
-  }
-  return rl::mo_seq_cst;
-}
+using relacy_bridge::to_rl;
 
 // How the atomics policy distorts the board's orders (negative controls only).
 enum class board_bug {
@@ -92,50 +73,24 @@ enum class board_bug {
   relaxed_take,     // acquiring CAS successes lose their acquire half (the board's take)
 };
 
-// The std::atomic-like surface offer_board uses, forwarded to rl::atomic.
-template <class T, board_bug Bug>
-class relacy_atomic {
- public:
-  relacy_atomic() = default;
-  relacy_atomic(T value) : value_(value) {}  // NOLINT: brace-initialised like std::atomic
-  // (not copyable: rl::atomic is not; `= delete` cannot be spelt here, relacy.hpp defines
-  // `delete` as a macro)
-
-  T load(std::memory_order mo = std::memory_order_seq_cst) const {
-    return value_($).load(to_rl(mo));
+// board_bug as a relacy_bridge order filter.
+template <board_bug Bug>
+struct weaken_board {
+  static constexpr std::memory_order store(std::memory_order mo) {
+    return Bug == board_bug::relaxed_publish && mo == std::memory_order_release
+               ? std::memory_order_relaxed
+               : mo;
   }
-  void store(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    if (Bug == board_bug::relaxed_publish && mo == std::memory_order_release) {
-      mo = std::memory_order_relaxed;
-    }
-    value_($).store(v, to_rl(mo));
+  static constexpr std::memory_order cas_success(std::memory_order mo) {
+    if (Bug != board_bug::relaxed_take) return mo;
+    if (mo == std::memory_order_acquire) return std::memory_order_relaxed;
+    if (mo == std::memory_order_acq_rel) return std::memory_order_release;
+    return mo;
   }
-  T fetch_add(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).fetch_add(v, to_rl(mo));
-  }
-  T fetch_sub(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).fetch_sub(v, to_rl(mo));
-  }
-  bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
-                               std::memory_order failure) {
-    if (Bug == board_bug::relaxed_take) {
-      if (success == std::memory_order_acquire) success = std::memory_order_relaxed;
-      if (success == std::memory_order_acq_rel) success = std::memory_order_release;
-    }
-    return value_($).compare_exchange_strong(expected, desired, to_rl(success), to_rl(failure));
-  }
-
- private:
-  mutable rl::atomic<T> value_;
 };
 
 template <board_bug Bug>
-struct relacy_atomics {
-  template <class T>
-  using atomic = relacy_atomic<T, Bug>;
-  static void fence_seq_cst() { rl::atomic_thread_fence(rl::mo_seq_cst, $); }
-  static void relax() { rl::yield(1, $); }
-};
+using relacy_atomics = relacy_bridge::relacy_atomics<weaken_board<Bug>>;
 
 // Distortions of the mirrored merge protocol (negative controls only).
 enum class merge_bug {

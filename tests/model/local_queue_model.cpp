@@ -39,74 +39,11 @@ class aligned_slot {
 
 }  // namespace
 
-#include <relacy/relacy.hpp>
-
-// relacy.hpp redefines the std::memory_order_* names as macros (for its std:: aliasing); this
-// file uses the real ones.
-#undef memory_order_relaxed
-#undef memory_order_consume
-#undef memory_order_acquire
-#undef memory_order_release
-#undef memory_order_acq_rel
-#undef memory_order_seq_cst
+#include "model/relacy_bridge.hpp"
 
 namespace {
 
-constexpr rl::memory_order to_rl(std::memory_order mo) {
-  switch (mo) {
-    case std::memory_order_relaxed: return rl::mo_relaxed;
-    case std::memory_order_consume: return rl::mo_consume;
-    case std::memory_order_acquire: return rl::mo_acquire;
-    case std::memory_order_release: return rl::mo_release;
-    case std::memory_order_acq_rel: return rl::mo_acq_rel;
-    case std::memory_order_seq_cst: return rl::mo_seq_cst;
-  }
-  return rl::mo_seq_cst;
-}
-
-// The std::atomic-like surface local_queue uses, forwarded to rl::atomic.
-template <class T>
-class relacy_atomic {
- public:
-  relacy_atomic() = default;
-  relacy_atomic(T value) : value_(value) {}  // NOLINT: brace-initialised like std::atomic
-  // (not copyable: rl::atomic is not; `= delete` cannot be spelt here, relacy.hpp defines
-  // `delete` as a macro)
-
-  T load(std::memory_order mo = std::memory_order_seq_cst) const {
-    return value_($).load(to_rl(mo));
-  }
-  void store(T v, std::memory_order mo = std::memory_order_seq_cst) { value_($).store(v, to_rl(mo)); }
-  T exchange(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).exchange(v, to_rl(mo));
-  }
-  bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
-                             std::memory_order failure) {
-    return value_($).compare_exchange_weak(expected, desired, to_rl(success), to_rl(failure));
-  }
-  bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
-                               std::memory_order failure) {
-    return value_($).compare_exchange_strong(expected, desired, to_rl(success), to_rl(failure));
-  }
-  bool compare_exchange_weak(T& expected, T desired,
-                             std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).compare_exchange_weak(expected, desired, to_rl(mo));
-  }
-  bool compare_exchange_strong(T& expected, T desired,
-                               std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).compare_exchange_strong(expected, desired, to_rl(mo));
-  }
-
- private:
-  mutable rl::atomic<T> value_;
-};
-
-struct relacy_atomics {
-  template <class T>
-  using atomic = relacy_atomic<T>;
-  static void fence_seq_cst() { rl::atomic_thread_fence(rl::mo_seq_cst, $); }
-  static void relax() { rl::yield(1, $); }
-};
+using relacy_atomics = relacy_bridge::relacy_atomics<>;
 
 struct item {
   rl::var<int> payload;
