@@ -33,7 +33,7 @@ executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& cloc
     : core_(core),
       index_(index),
       timers_(clock),
-      parker_(std::make_unique<futex_parker>()),
+      reactor_(make_reactor(core.options().io_backend)),
       random_state_(0x9e3779b9u * (index + 1) ^ std::uint32_t(reinterpret_cast<std::uintptr_t>(this))) {
   if (random_state_ == 0) random_state_ = 1;
 }
@@ -116,6 +116,11 @@ runnable* executor::next_runnable() noexcept {
   }
   if (runnable* r = take_from_inbox()) return r;
   if (runnable* r = local_.pop()) return r;
+  // Out of local work: submit what the last slices queued, route the completions (seed 000).
+  if (reactor_->in_flight() != 0) {
+    reactor_->poll();
+    if (runnable* r = local_.pop()) return r;
+  }
   if (runnable* r = take_from_injector(index_)) return r;
   return nullptr;
 }
@@ -201,6 +206,7 @@ void executor::end_of_budget() noexcept {
                                     std::memory_order_relaxed);
   }
   fire_timers();
+  if (reactor_->in_flight() != 0) reactor_->poll();
   update_utilisation(monotonic_ns());
 }
 
@@ -282,7 +288,7 @@ void executor::park() noexcept {
   if (busy_since_ns_ != 0) window_busy_ns_ += parked_at - busy_since_ns_;
   busy_since_ns_ = 0;
   if (others_awake) core_.watchers_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a hint
-  parker_->wait(timeout);
+  reactor_->wait(timeout);
   if (others_awake) core_.watchers_.fetch_sub(1, std::memory_order_relaxed);
   busy_since_ns_ = monotonic_ns();
   // 4. Woken: by a notifier (it unregistered us, maybe as a searcher) or by time.

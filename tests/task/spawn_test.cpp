@@ -421,8 +421,12 @@ TEST(RuntimeLifecycle, CreatedAndDestroyedThousandsOfTimes) {
   }
 }
 
-spindle::task<int> destroy_own_runtime(std::unique_ptr<spindle::runtime>& holder) {
-  // Runs on a worker of *holder: destroying it must neither deadlock nor crash.
+spindle::task<int> destroy_own_runtime(std::unique_ptr<spindle::runtime>& holder,
+                                       const std::atomic<bool>& spawn_returned) {
+  // Runs on a worker of *holder: destroying it must neither deadlock nor crash. It waits until
+  // the spawn that started it has returned: destroying an object while another thread is still
+  // inside one of its member functions is the caller's bug, not something to test.
+  while (!spawn_returned.load()) spindle::core::cpu_relax();
   holder.reset();
   co_return 1;
 }
@@ -434,7 +438,9 @@ TEST(RuntimeLifecycle, DestroyedFromOneOfItsOwnWorkers) {
     auto holder = std::make_unique<spindle::runtime>(
         spindle::runtime_options{.workers = std::uint32_t(1 + cycle % 2)});
     auto pending = holder->spawn(forever_yielding(frame_counter(destroyed)));
-    auto killer = holder->spawn(destroy_own_runtime(holder));
+    std::atomic<bool> spawn_returned{false};
+    auto killer = holder->spawn(destroy_own_runtime(holder, spawn_returned));
+    spawn_returned.store(true);
     EXPECT_EQ(killer.join(), 1);
     // The shutdown finishes on the last worker out: the pending task is destroyed and its joiner
     // woken with task_cancelled.

@@ -6,7 +6,8 @@
 //   - the thief side of `local` and its size; `inbox` (anyone pushes, the owner drains);
 //   - `offers` (the owner publishes promoted fork-join work, anyone takes one item);
 //   - `timers` (anyone arms/disarms; the owner fires);
-//   - `parker` (anyone unparks); `stats` (owner writes, anyone reads).
+//   - `parker`, which is the reactor (anyone unparks; I/O is owner-only); `stats` (owner
+//     writes, anyone reads).
 //
 // The loop (see docs/design/executor-loop.md), one iteration:
 //   1. every `injector_check_interval` iterations, the own injector shard first (so remote work
@@ -20,8 +21,9 @@
 //      rounds);
 //   6. park (parking protocol in runtime_core / docs/design/parking.md); while another
 //      executor is awake, at most for the stuck-owner check interval (executor-loop.md).
-// After every `budget` runnables the executor fires due timers (and, later, polls I/O) even if
-// work is still queued.
+// After every `budget` runnables, and whenever the local queue runs dry, the executor polls its
+// reactor (submits queued I/O in one batch, runs completions); after every `budget` runnables it
+// also fires due timers, even if work is still queued.
 #pragma once
 
 #include <atomic>
@@ -34,6 +36,7 @@
 #include "spindle/core/local_queue.hpp"
 #include "spindle/core/offer_board.hpp"
 #include "spindle/core/parker.hpp"
+#include "spindle/core/reactor.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/core/timer_wheel.hpp"
 
@@ -104,7 +107,9 @@ class executor {
   executor_inbox& inbox() noexcept { return inbox_; }
   offer_board& offers() noexcept { return offers_; }
   timer_service& timers() noexcept { return timers_; }
-  park_driver& parker() noexcept { return *parker_; }
+  park_driver& parker() noexcept { return *reactor_; }
+  // The executor's reactor (I/O and parking). Owner-only except for unpark (reactor.hpp).
+  reactor& io() noexcept { return *reactor_; }
   const executor_stats& stats() const noexcept { return stats_; }
   // Queued work as seen by P2C placement: local queue + own injector shard + inbox backlog.
   std::uint32_t load() const noexcept;
@@ -143,7 +148,7 @@ class executor {
   executor_inbox inbox_;
   offer_board offers_;
   timer_service timers_;
-  std::unique_ptr<park_driver> parker_;
+  std::unique_ptr<reactor> reactor_;
   executor_stats stats_;
   // Number of the runnable last completed, for the stuck check (single writer, sampled).
   alignas(cache_line_size) std::atomic<std::uint64_t> progress_{0};

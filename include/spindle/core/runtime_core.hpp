@@ -35,9 +35,11 @@
 //   2. unpark every executor; each leaves its loop at the next check of stopping_;
 //   3. join every worker thread (or, when called from a worker, detach: the last worker out
 //      finishes the shutdown);
-//   4. drain: every runnable still in a local queue, an inbox or the injector is dropped exactly
+//   4. drain I/O: every reactor cancels its operations in flight and reaps their final
+//      completions (their callbacks may wake tasks: those are queued, then dropped in step 5);
+//   5. drain: every runnable still in a local queue, an inbox or the injector is dropped exactly
 //      once (runnable::drop);
-//   5. the task layer then destroys tasks that were suspended (not in any queue).
+//   6. the task layer then destroys tasks that were suspended (not in any queue).
 #pragma once
 
 #include <atomic>
@@ -74,6 +76,9 @@ struct runtime_options {
   // Fork-join heartbeat (fork-join.md): a latent right continuation becomes stealable only
   // after it has waited this long. Zero promotes at every check (tests use it to force steals).
   std::chrono::nanoseconds fork_quantum = std::chrono::microseconds(100);
+  // I/O backend of every executor's reactor (reactor.hpp): automatic tries io_uring, then epoll;
+  // the environment variable SPINDLE_IO_BACKEND=uring|epoll overrides automatic.
+  spindle::core::io_backend io_backend = spindle::core::io_backend::automatic;
   // Time source; null means the steady clock. Must outlive the runtime.
   spindle::clock* clock = nullptr;
   // Called on each worker thread when it starts (e.g. to set thread names); may be empty.

@@ -1,0 +1,114 @@
+// Pieces both reactor backends share (private to src/core): the park state machine, the list of
+// operations in flight, the queue of completions to deliver, and delivery itself.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "spindle/core/reactor.hpp"
+
+namespace spindle::core {
+
+// The park_driver states of futex_parker (parker.hpp), for a backend whose wait is a system call
+// that an eventfd write interrupts:
+//   running  - the owner is not waiting (or is about to check for a notification)
+//   parked   - the owner is (about to be) blocked in the kernel; unpark must write the eventfd
+//   notified - a notification is pending; the owner consumes it instead of blocking
+class park_state {
+ public:
+  // Owner: true if a notification was pending (consumed: do not block).
+  bool consume_notification() noexcept {
+    std::uint32_t expected = notified;
+    // acquire: whatever the notifier published before unpark() is visible to the owner.
+    return state_.compare_exchange_strong(expected, running, std::memory_order_acquire);
+  }
+  // Owner: running -> parked; false if a notification arrived meanwhile (consumed).
+  bool begin_park() noexcept {
+    std::uint32_t expected = running;
+    // acquire: as above, for the failure case (the word is `notified`).
+    if (state_.compare_exchange_strong(expected, parked, std::memory_order_acquire)) return true;
+    state_.store(running, std::memory_order_relaxed);  // relaxed: the failed CAS acquired
+    return false;
+  }
+  // Owner: back from the kernel (woken, timed out or spurious).
+  void end_park() noexcept {
+    state_.exchange(running, std::memory_order_acquire);  // acquire: as above
+  }
+  // Any thread: true if the owner is parked and must be woken through the kernel.
+  bool notify() noexcept {
+    // release: pairs with the owner's acquire, publishing what was queued before unpark().
+    return state_.exchange(notified, std::memory_order_release) == parked;
+  }
+
+ private:
+  enum : std::uint32_t { running = 0, parked = 1, notified = 2 };
+  std::atomic<std::uint32_t> state_{running};
+};
+
+// Operations submitted and not completed, for drain() (owner-only, intrusive, O(1)).
+class in_flight_list {
+ public:
+  void insert(io_operation* op) noexcept {
+    op->previous_in_flight = nullptr;
+    op->next_in_flight = head_;
+    if (head_ != nullptr) head_->previous_in_flight = op;
+    head_ = op;
+    ++size_;
+  }
+  void remove(io_operation* op) noexcept {
+    if (op->previous_in_flight != nullptr) {
+      op->previous_in_flight->next_in_flight = op->next_in_flight;
+    } else {
+      head_ = op->next_in_flight;
+    }
+    if (op->next_in_flight != nullptr) op->next_in_flight->previous_in_flight = op->previous_in_flight;
+    op->previous_in_flight = op->next_in_flight = nullptr;
+    --size_;
+  }
+  io_operation* first() const noexcept { return head_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  io_operation* head_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// FIFO of operations whose final result is known, linked through next_waiting (owner-only).
+class completion_queue {
+ public:
+  void push(io_operation* op) noexcept {
+    op->next_waiting = nullptr;
+    if (tail_ != nullptr) {
+      tail_->next_waiting = op;
+    } else {
+      head_ = op;
+    }
+    tail_ = op;
+  }
+  io_operation* pop() noexcept {
+    io_operation* op = head_;
+    if (op != nullptr) {
+      head_ = op->next_waiting;
+      if (head_ == nullptr) tail_ = nullptr;
+      op->next_waiting = nullptr;
+    }
+    return op;
+  }
+  bool empty() const noexcept { return head_ == nullptr; }
+
+ private:
+  io_operation* head_ = nullptr;
+  io_operation* tail_ = nullptr;
+};
+
+// Delivers a final result (R1): the fault hook may rewrite it, then the submitter gets it back.
+inline void complete(io_operation* op, io_fault_hook hook) noexcept {
+  if (hook != nullptr) hook(op);
+  op->on_complete(op);
+}
+
+std::unique_ptr<reactor> make_uring_reactor(int& error);
+std::unique_ptr<reactor> make_epoll_reactor();
+
+}  // namespace spindle::core

@@ -1,0 +1,106 @@
+// The I/O awaiter: protocol in include/spindle/io/io_wait.hpp.
+#include "spindle/io/io_wait.hpp"
+
+#include <cerrno>
+
+#include "spindle/core/errors.hpp"
+#include "spindle/core/executor.hpp"
+
+namespace spindle::io {
+
+core::reactor& current_reactor() {
+  core::executor* e = core::executor::current();
+  if (e == nullptr) throw usage_error("spindle: I/O needs a task running on a runtime worker");
+  return e->io();
+}
+
+namespace detail {
+
+using ::spindle::detail::spawned_task_base;
+
+const core::runnable_vtable io_wait::cancel_vtable{&io_wait::run_cancel, &io_wait::drop_cancel};
+
+io_wait::cancel_request::cancel_request(io_wait& waiter) noexcept
+    : runnable(&cancel_vtable), owner(waiter) {}
+
+io_wait::io_wait(core::io_operation& operation) noexcept : operation_(operation), cancel_(*this) {}
+
+bool io_wait::await_ready() {
+  if (spawned_task_base::current() == nullptr || core::executor::current() == nullptr) {
+    throw usage_error("spindle: I/O needs a task running on a runtime worker");
+  }
+  return false;
+}
+
+bool io_wait::await_suspend(std::coroutine_handle<> h) noexcept {
+  spawned_task_base* t = spawned_task_base::current();
+  t->set_resume_point(h);
+  if (!t->begin_registration()) {
+    cancelled_before_start_ = true;  // cancellation already requested: never submitted
+    return false;
+  }
+  core::executor& here = *core::executor::current();
+  task_ = t;
+  executor_index_ = here.index();
+  reactor_ = &here.io();
+  core_ = &here.core();
+  operation_.on_complete = &io_wait::on_complete;
+  operation_.context = this;
+  reactor_->submit(&operation_);
+  // The completion runs on this thread, which is busy here: it cannot wake the task before the
+  // registration is published.
+  t->end_registration(this);
+  return true;
+}
+
+std::int32_t io_wait::await_resume() {
+  if (cancelled_before_start_) {
+    cancelled_before_start_ = false;
+    throw task_cancelled();
+  }
+  task_->clear_wait();
+  task_ = nullptr;
+  if (cancel_posted_ && operation_.result == -ECANCELED) throw task_cancelled();
+  return operation_.result;
+}
+
+bool io_wait::try_cancel() noexcept {
+  // Task lock held (S3): we are registered, so reactor_, core_ and executor_index_ are set.
+  if (cancel_posted_) return false;
+  cancel_posted_ = true;
+  // relaxed: the inbox push (release) publishes this increment to the owner thread, the only
+  // one that decrements.
+  pending_.fetch_add(1, std::memory_order_relaxed);
+  core_->schedule_on(executor_index_, &cancel_);
+  return false;  // the completion (and the request) wake the task
+}
+
+void io_wait::on_complete(core::io_operation* operation) noexcept {
+  auto* waiter = static_cast<io_wait*>(operation->context);
+  waiter->completed_ = true;
+  waiter->release_one();
+}
+
+void io_wait::run_cancel(core::runnable* request) noexcept {
+  io_wait& waiter = static_cast<cancel_request*>(request)->owner;
+  // The reactor's owner thread: the completion and this request are serialised here.
+  if (!waiter.completed_) {
+    waiter.reactor_->cancel(reinterpret_cast<std::uintptr_t>(&waiter.operation_));
+  }
+  waiter.release_one();
+}
+
+void io_wait::drop_cancel(core::runnable* request) noexcept {
+  // Shutdown: the reactors were drained first (the operation completed); the task stays
+  // suspended and the runtime abandons it, so only the count moves.
+  io_wait& waiter = static_cast<cancel_request*>(request)->owner;
+  waiter.pending_.fetch_sub(1, std::memory_order_acq_rel);  // acq_rel: as in release_one
+}
+
+void io_wait::release_one() noexcept {
+  // acq_rel: the last one to leave sees the other's writes (result, completed_) before waking.
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) task_->wake();
+}
+
+}  // namespace detail
+}  // namespace spindle::io
