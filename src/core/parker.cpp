@@ -8,7 +8,6 @@
 #include <ctime>
 
 namespace spindle::core {
-namespace {
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::optional<clock_duration> timeout) noexcept {
@@ -28,8 +27,6 @@ void futex_wake_one(std::atomic<std::uint32_t>* word) noexcept {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr,
           nullptr, 0);
 }
-
-}  // namespace
 
 void futex_parker::wait(std::optional<clock_duration> timeout) noexcept {
   // acquire (both CASes): consuming a notification must make visible whatever the notifier

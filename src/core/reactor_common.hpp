@@ -9,39 +9,50 @@
 
 namespace spindle::core {
 
-// The park_driver states of futex_parker (parker.hpp), for a backend whose wait is a system call
-// that an eventfd write interrupts:
-//   running  - the owner is not waiting (or is about to check for a notification)
-//   parked   - the owner is (about to be) blocked in the kernel; unpark must write the eventfd
-//   notified - a notification is pending; the owner consumes it instead of blocking
+// The park_driver states of futex_parker (parker.hpp), with two ways of being parked:
+//   running       - the owner is not waiting (or is about to check for a notification)
+//   parked_kernel - the owner waits in the backend's system call (io_uring_enter, epoll_wait)
+//                   because I/O is in flight; unpark must write the backend's eventfd
+//   parked_futex  - the owner waits on this word (no I/O in flight: a futex wake-up is several
+//                   times cheaper than going through the ring or epoll, which matters to
+//                   CPU-only workloads that park and wake constantly)
+//   notified      - a notification is pending; the owner consumes it instead of blocking
 class park_state {
  public:
+  enum : std::uint32_t { running = 0, parked_kernel = 1, notified = 2, parked_futex = 3 };
+
   // Owner: true if a notification was pending (consumed: do not block).
   bool consume_notification() noexcept {
     std::uint32_t expected = notified;
     // acquire: whatever the notifier published before unpark() is visible to the owner.
     return state_.compare_exchange_strong(expected, running, std::memory_order_acquire);
   }
-  // Owner: running -> parked; false if a notification arrived meanwhile (consumed).
-  bool begin_park() noexcept {
+  // Owner: running -> how (parked_kernel or parked_futex); false if a notification arrived
+  // meanwhile (consumed).
+  bool begin_park(std::uint32_t how) noexcept {
     std::uint32_t expected = running;
     // acquire: as above, for the failure case (the word is `notified`).
-    if (state_.compare_exchange_strong(expected, parked, std::memory_order_acquire)) return true;
+    if (state_.compare_exchange_strong(expected, how, std::memory_order_acquire)) return true;
     state_.store(running, std::memory_order_relaxed);  // relaxed: the failed CAS acquired
     return false;
   }
-  // Owner: back from the kernel (woken, timed out or spurious).
+  // Owner, after begin_park(parked_futex): blocks until notified, the timeout, or spuriously.
+  void wait_on_futex(std::optional<clock_duration> timeout) noexcept {
+    futex_wait(&state_, parked_futex, timeout);
+  }
+  // Owner: back (woken, timed out or spurious).
   void end_park() noexcept {
     state_.exchange(running, std::memory_order_acquire);  // acquire: as above
   }
-  // Any thread: true if the owner is parked and must be woken through the kernel.
-  bool notify() noexcept {
+  // Any thread: returns what the owner was doing, so the caller wakes it the right way:
+  // parked_kernel -> write the eventfd; parked_futex -> wake_futex(); else nothing.
+  std::uint32_t notify() noexcept {
     // release: pairs with the owner's acquire, publishing what was queued before unpark().
-    return state_.exchange(notified, std::memory_order_release) == parked;
+    return state_.exchange(notified, std::memory_order_release);
   }
+  void wake_futex() noexcept { futex_wake_one(&state_); }
 
  private:
-  enum : std::uint32_t { running = 0, parked = 1, notified = 2 };
   std::atomic<std::uint32_t> state_{running};
 };
 

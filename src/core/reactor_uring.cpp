@@ -6,11 +6,12 @@
 // reactor's own requests: wake_tag (the read on the wake-up eventfd) and ignore_tag (cancel
 // requests, whose own completions carry nothing we need).
 //
-// Parking (the park_driver contract, same states as futex_parker): the owner moves `state_`
-// running -> parked, makes sure a read on the eventfd is in flight, and waits in
-// io_uring_submit_and_wait_timeout for one completion or the timeout. unpark() exchanges the
-// state to notified and writes the eventfd only if it replaced `parked`, so waking a running
-// executor costs one atomic exchange and no system call.
+// Parking (the park_driver contract, park_state in reactor_common.hpp): with operations in
+// flight the owner moves running -> parked_kernel, makes sure a read on the eventfd is in
+// flight, and waits in io_uring_submit_and_wait_timeout for one completion or the timeout; with
+// none it parks on the state word itself (a futex), which is cheaper to wake. unpark() exchanges
+// the state to notified and makes a system call only if it replaced a parked state, so waking a
+// running executor costs one atomic exchange.
 //
 // Full submission queue: io_uring_get_sqe returning null means the SQ ring is full; we submit
 // (which empties it) and retry. -EBUSY from the submit means the kernel holds overflowed
@@ -97,8 +98,17 @@ class uring_reactor final : public reactor {
       poll();
       return;
     }
+    if (io_uring_sq_ready(&ring_) != 0) submit_queued();
+    if (in_flight_.empty()) {
+      if (parking_.begin_park(park_state::parked_futex)) {
+        parking_.wait_on_futex(timeout);
+        parking_.end_park();
+      }
+      reap();
+      return;
+    }
     if (!wake_read_armed_) arm_wake_read();
-    if (parking_.begin_park()) {
+    if (parking_.begin_park(park_state::parked_kernel)) {
       __kernel_timespec relative{};
       __kernel_timespec* relative_pointer = nullptr;
       if (timeout) {
@@ -118,7 +128,10 @@ class uring_reactor final : public reactor {
   }
 
   void unpark() noexcept override {
-    if (parking_.notify()) {
+    const std::uint32_t was = parking_.notify();
+    if (was == park_state::parked_futex) {
+      parking_.wake_futex();
+    } else if (was == park_state::parked_kernel) {
       const std::uint64_t one = 1;
       [[maybe_unused]] ssize_t written = ::write(wake_fd_, &one, sizeof one);
     }

@@ -31,6 +31,12 @@ class park_driver {
   virtual void unpark() noexcept = 0;
 };
 
+// The futex calls underneath (private flag): block while *word == expected (or until the
+// timeout / a spurious wake-up), and wake one such waiter.
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                std::optional<clock_duration> timeout) noexcept;
+void futex_wake_one(std::atomic<std::uint32_t>* word) noexcept;
+
 class futex_parker final : public park_driver {
  public:
   void wait(std::optional<clock_duration> timeout) noexcept override;

@@ -1,0 +1,152 @@
+// TCP and UDP for tasks (I5): every call is awaitable, cancellable (task cancellation cancels
+// the operation in flight, with_timeout works) and runs on the reactor of the executor running
+// the task (core/reactor.hpp, io/io_wait.hpp).
+//
+// Errors: std::system_error carrying the errno (std::system_category()), the same everywhere;
+// end of stream is not an error (read returns 0, read_exact throws
+// std::system_error(ECONNRESET-style) only if the stream ends early: see each call).
+// Cancellation: task_cancelled, as for every other wait.
+// Objects own their file descriptor (closed by close() or, synchronously, by the destructor);
+// they are movable, not copyable. Using one from two tasks at once is allowed for one reader plus
+// one writer (full duplex), not for two readers.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "spindle/task/task.hpp"
+
+namespace spindle::net {
+
+// An IPv4 or IPv6 address with a port.
+class endpoint {
+ public:
+  endpoint() = default;
+  // Parses a numeric IPv4 or IPv6 address ("127.0.0.1", "::1", "0.0.0.0", "fe80::1"); throws
+  // std::invalid_argument on anything else (host names, ports, brackets, empty text).
+  endpoint(std::string_view address, std::uint16_t port);
+  static endpoint loopback_v4(std::uint16_t port);
+  static endpoint any_v4(std::uint16_t port);
+  // Copies an AF_INET / AF_INET6 address; std::invalid_argument for null, another family or a
+  // length too short for the family.
+  static endpoint from_native(const sockaddr* address, socklen_t length);
+
+  std::uint16_t port() const noexcept;
+  std::string to_string() const;  // "127.0.0.1:8080", "[::1]:8080"; "" for endpoint{}
+  const sockaddr* native() const noexcept { return reinterpret_cast<const sockaddr*>(&storage_); }
+  sockaddr* native() noexcept { return reinterpret_cast<sockaddr*>(&storage_); }
+  socklen_t native_length() const noexcept { return length_; }
+  int family() const noexcept { return storage_.ss_family; }
+
+  // Same family, address, port (and IPv6 scope).
+  friend bool operator==(const endpoint& a, const endpoint& b) noexcept;
+
+ private:
+  sockaddr_storage storage_{};
+  socklen_t length_ = 0;
+};
+
+class tcp_stream {
+ public:
+  tcp_stream() = default;
+  explicit tcp_stream(int fd) noexcept : fd_(fd) {}
+  tcp_stream(tcp_stream&& other) noexcept;
+  tcp_stream& operator=(tcp_stream&& other) noexcept;
+  ~tcp_stream();
+
+  // Connects a new socket to `remote` (std::system_error, e.g. ECONNREFUSED, on failure).
+  static task<tcp_stream> connect(endpoint remote);
+
+  // Reads at most buffer.size() bytes; 0 means the peer closed its side (an empty buffer also
+  // gives 0, at once).
+  task<std::size_t> read(std::span<std::byte> buffer);
+  // Reads exactly buffer.size() bytes; throws std::system_error(ECONNRESET) if the stream ends
+  // first (the bytes read so far are in the buffer; the count is in the message).
+  task<void> read_exact(std::span<std::byte> buffer);
+  // Writes at most buffer.size() bytes, returns how many (short writes happen). A peer that is
+  // gone gives std::system_error(EPIPE or ECONNRESET), never SIGPIPE.
+  task<std::size_t> write(std::span<const std::byte> buffer);
+  // Writes all of buffer (if it throws, a prefix of unknown length may have been sent).
+  task<void> write_all(std::span<const std::byte> buffer);
+  task<void> write_all(std::string_view text);
+  // shutdown(2): SHUT_WR after the last write, SHUT_RD, SHUT_RDWR. Synchronous.
+  void shutdown(int how = SHUT_WR);
+  // Closes through the reactor (awaitable); the destructor closes synchronously if still open.
+  task<void> close();
+
+  bool is_open() const noexcept { return fd_ >= 0; }
+  int native_handle() const noexcept { return fd_; }
+  endpoint local_endpoint() const;
+  endpoint remote_endpoint() const;
+  void set_no_delay(bool enabled);
+
+ private:
+  int fd_ = -1;
+};
+
+class tcp_listener {
+ public:
+  tcp_listener() = default;
+  tcp_listener(tcp_listener&& other) noexcept;
+  tcp_listener& operator=(tcp_listener&& other) noexcept;
+  ~tcp_listener();
+
+  // socket + SO_REUSEADDR + bind + listen; port 0 picks a free port (see local_endpoint()).
+  // Synchronous (usable from plain threads too).
+  static tcp_listener bind(endpoint local, int backlog = 1024);
+
+  // Waits for a connection. When the process is out of file descriptors (EMFILE/ENFILE) it
+  // waits briefly and tries again instead of failing, so a server keeps serving.
+  task<tcp_stream> accept();
+  task<void> close();
+
+  bool is_open() const noexcept { return fd_ >= 0; }
+  int native_handle() const noexcept { return fd_; }
+  endpoint local_endpoint() const;
+
+ private:
+  int fd_ = -1;
+};
+
+class udp_socket {
+ public:
+  udp_socket() = default;
+  udp_socket(udp_socket&& other) noexcept;
+  udp_socket& operator=(udp_socket&& other) noexcept;
+  ~udp_socket();
+
+  // socket + bind; port 0 picks a free port. Synchronous.
+  static udp_socket bind(endpoint local);
+
+  task<std::size_t> send_to(std::span<const std::byte> datagram, endpoint remote);
+  // Receives one datagram (truncated to buffer.size()); returns the bytes stored in buffer, the
+  // sender, and whether the datagram was longer than the buffer (the rest is discarded).
+  struct received {
+    std::size_t size;
+    endpoint sender;
+    bool truncated = false;
+  };
+  task<received> receive_from(std::span<std::byte> buffer);
+  task<void> close();
+
+  bool is_open() const noexcept { return fd_ >= 0; }
+  int native_handle() const noexcept { return fd_; }
+  endpoint local_endpoint() const;
+
+ private:
+  int fd_ = -1;
+};
+
+// Bytes of a string, for write_all/send_to.
+inline std::span<const std::byte> as_bytes(std::string_view text) noexcept {
+  return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
+}
+
+}  // namespace spindle::net
