@@ -5,7 +5,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libfmt-dev liburing-dev libhwloc-dev relacy-dev)
+          libfmt-dev liburing-dev libhwloc-dev relacy-dev libhttp-parser-dev)
 
 missing=()
 for p in "${packages[@]}"; do

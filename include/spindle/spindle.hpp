@@ -11,6 +11,8 @@
 #include "spindle/time/time.hpp"
 #include "spindle/sync/sync.hpp"
 #include "spindle/fork/fork.hpp"
+#include "spindle/io/io.hpp"
+#include "spindle/net/net.hpp"
 
 namespace spindle {
 

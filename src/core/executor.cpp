@@ -180,6 +180,9 @@ runnable* executor::search() noexcept {
   for (std::uint32_t round = 0; round < 4; ++round) {
     if (runnable* r = steal_round()) return r;
     if (core_.stopping()) return nullptr;
+    // Nothing visible anywhere: spinning only takes the CPU from whoever will produce the next
+    // work (another executor, an I/O peer on this machine). Park instead; a publisher wakes us.
+    if (!core_.any_work_visible(index_)) return nullptr;
     for (std::uint32_t spin = 0; spin < (32u << round); ++spin) cpu_relax();
   }
   return nullptr;
@@ -305,6 +308,7 @@ void executor::park() noexcept {
 
 void executor::run_loop() noexcept {
   current_executor = this;
+  reactor_->attach_owner();
   busy_since_ns_ = window_start_ns_ = monotonic_ns();
   while (!core_.stopping()) {
     runnable* r = next_runnable();
@@ -320,6 +324,7 @@ void executor::run_loop() noexcept {
     is_searching_ = false;
     core_.transition_from_searching();
   }
+  reactor_->drain();  // shutdown step 4 (runtime_core.hpp), on the reactor's owner thread
   current_executor = nullptr;
 }
 

@@ -19,6 +19,7 @@
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,8 +40,22 @@ constexpr unsigned ring_entries = 256;
 class uring_reactor final : public reactor {
  public:
   explicit uring_reactor(int& error) {
-    io_uring_params params{};
-    error = -io_uring_queue_init_params(ring_entries, &ring_, &params);
+    // Newest set-up first (Linux 6.1 has all of these): one issuer, task work deferred to our
+    // own io_uring_enter calls (completions are processed when we ask, not at arbitrary system
+    // call exits where they contend for socket locks), created disabled so the worker thread,
+    // not the thread building the executor, becomes the issuer (attach_owner).
+    constexpr unsigned preferred =
+        IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+    for (const unsigned flags : {preferred, unsigned(IORING_SETUP_COOP_TASKRUN), 0u}) {
+      io_uring_params params{};
+      params.flags = flags;
+      error = -io_uring_queue_init_params(ring_entries, &ring_, &params);
+      if (error == 0) {
+        setup_flags_ = flags;
+        break;
+      }
+      if (error != EINVAL) return;  // ENOSYS, EPERM, ENOMEM: no io_uring at all
+    }
     if (error != 0) return;
     ring_ready_ = true;
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -56,6 +71,14 @@ class uring_reactor final : public reactor {
 
   io_backend backend() const noexcept override { return io_backend::uring; }
 
+  void attach_owner() noexcept override {
+    // io_uring_enable_rings is declared by Debian's liburing 2.3 but not exported: the raw
+    // register call does the same.
+    if ((setup_flags_ & IORING_SETUP_R_DISABLED) != 0) {
+      syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0);
+    }
+  }
+
   void submit(io_operation* operation) noexcept override {
     io_uring_sqe* sqe = next_sqe();
     prepare(sqe, operation);
@@ -70,7 +93,16 @@ class uring_reactor final : public reactor {
   }
 
   void poll() noexcept override {
-    if (io_uring_sq_ready(&ring_) != 0) submit_queued();
+    if ((setup_flags_ & IORING_SETUP_DEFER_TASKRUN) != 0 && !in_flight_.empty()) {
+      // Deferred task work runs only inside io_uring_enter: submit and collect in one call.
+      int rc;
+      do {
+        rc = io_uring_submit_and_get_events(&ring_);
+        if (rc == -EBUSY) reap();
+      } while (rc == -EBUSY || rc == -EINTR);
+    } else if (io_uring_sq_ready(&ring_) != 0) {
+      submit_queued();
+    }
     reap();
   }
 
@@ -84,8 +116,11 @@ class uring_reactor final : public reactor {
     while (!in_flight_.empty() || wake_read_armed_) {
       __kernel_timespec ten_ms{0, 10'000'000};
       io_uring_cqe* cqe = nullptr;
-      io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ten_ms, nullptr);
+      const int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ten_ms, nullptr);
       reap();
+      // A ring that cannot be entered (EEXIST: not the issuer; EBADFD: never enabled) will
+      // never complete anything: its requests never reached the kernel.
+      if (rc == -EEXIST || rc == -EBADFD || rc == -EBADF) break;
     }
   }
 
@@ -222,6 +257,7 @@ class uring_reactor final : public reactor {
   }
 
   io_uring ring_{};
+  unsigned setup_flags_ = 0;
   bool ring_ready_ = false;
   int wake_fd_ = -1;
   std::uint64_t wake_buffer_ = 0;

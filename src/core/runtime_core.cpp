@@ -334,9 +334,7 @@ void runtime_core::worker_exited() noexcept {
 }
 
 void runtime_core::finish_shutdown() noexcept {
-  // Step 4: no worker runs any more, so this thread may use every reactor.
-  const std::uint32_t count = executor_count();
-  for (std::uint32_t i = 0; i < count; ++i) executor_at(i).io().drain();
+  // Step 4 happened on each worker as it left its loop (executor::run_loop drains its reactor).
   // Step 5.
   draining_.store(true, std::memory_order_relaxed);  // relaxed: no worker runs any more
   drain_queues();

@@ -67,10 +67,17 @@ std::int32_t io_wait::await_resume() {
 bool io_wait::try_cancel() noexcept {
   // Task lock held (S3): we are registered, so reactor_, core_ and executor_index_ are set.
   if (cancel_posted_) return false;
+  // The completion may already have brought `pending_` to 0 and woken the task, which is then
+  // waiting for this lock in clear_wait() and will destroy this awaiter right after: posting a
+  // request now would run on a dead awaiter and wake the task a second time. So join only while
+  // the completion is still outstanding (pending_ > 0).
+  // relaxed: the inbox push (release) publishes this increment to the owner thread; RMWs on
+  // pending_ are totally ordered, so it is either before the completion's decrement or sees 0.
+  std::uint32_t pending = pending_.load(std::memory_order_relaxed);
+  do {
+    if (pending == 0) return false;  // completed: the completion wakes (woke) the task
+  } while (!pending_.compare_exchange_weak(pending, pending + 1, std::memory_order_relaxed));
   cancel_posted_ = true;
-  // relaxed: the inbox push (release) publishes this increment to the owner thread, the only
-  // one that decrements.
-  pending_.fetch_add(1, std::memory_order_relaxed);
   core_->schedule_on(executor_index_, &cancel_);
   return false;  // the completion (and the request) wake the task
 }

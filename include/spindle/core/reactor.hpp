@@ -16,7 +16,9 @@
 // budget end (seed 000's time-slice procedure: reap completions, route each to its task, submit
 // what the slice queued in one batch), and wait(timeout) when it parks.
 //
-// Shutdown: after the workers stopped, runtime_core calls drain(): every operation in flight is
+// The owner thread calls attach_owner() once before anything else (io_uring rings are created
+// disabled and owned by a single issuer: the worker thread, not the thread that built the
+// executor), and drain() when it leaves its loop at shutdown: every operation in flight is
 // cancelled and its final completion reaped (callbacks run, waking tasks that shutdown then
 // drops), so no buffer is ever written after its owner was destroyed.
 #pragma once
@@ -83,6 +85,8 @@ using io_fault_hook = void (*)(io_operation* operation) noexcept;
 class reactor : public park_driver {
  public:
   virtual io_backend backend() const noexcept = 0;
+  // Owner, once, on its own thread, before any other owner call.
+  virtual void attach_owner() noexcept {}
 
   // Owner. Queues `operation`; it reaches the kernel at the next poll()/wait() (uring: one
   // io_uring_enter for the whole batch) or is attempted there (epoll). Never fails, never drops:
@@ -95,8 +99,7 @@ class reactor : public park_driver {
   virtual void poll() noexcept = 0;
   // Owner. Operations submitted and not yet completed.
   virtual std::size_t in_flight() const noexcept = 0;
-  // Owner (or the shutdown thread once the owner stopped): cancels everything in flight and
-  // waits for every final completion.
+  // Owner: cancels everything in flight and waits for every final completion.
   virtual void drain() noexcept = 0;
 
   // Test hook for fault injection (see io_fault_hook); null disables it.

@@ -35,8 +35,9 @@
 //   2. unpark every executor; each leaves its loop at the next check of stopping_;
 //   3. join every worker thread (or, when called from a worker, detach: the last worker out
 //      finishes the shutdown);
-//   4. drain I/O: every reactor cancels its operations in flight and reaps their final
-//      completions (their callbacks may wake tasks: those are queued, then dropped in step 5);
+//   4. drain I/O: each worker, leaving its loop, makes its reactor cancel the operations in
+//      flight and reap their final completions (their callbacks may wake tasks: those are
+//      queued, then dropped in step 5);
 //   5. drain: every runnable still in a local queue, an inbox or the injector is dropped exactly
 //      once (runnable::drop);
 //   6. the task layer then destroys tasks that were suspended (not in any queue).

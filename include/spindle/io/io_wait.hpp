@@ -13,7 +13,9 @@
 //     so it posts a cancel request to the reactor's executor (an inbox message) and leaves the
 //     waking to the completion.
 // `pending` counts what must still happen before the task may resume: the completion (1), plus
-// the cancel request if one was posted (+1, by the canceller, before it posts). Both decrements
+// the cancel request if one was posted (+1, by the canceller, before it posts, and only while the
+// completion is still outstanding: once `pending` reached 0 the task was woken and may already
+// be destroying the awaiter). Both decrements
 // happen on the reactor's owner thread; whichever reaches 0 wakes the task. So the awaiter (in
 // the task's frame) outlives both the kernel's use of the operation and the cancel message, and
 // a cancel request never names an operation that was already given back (the request checks

@@ -1,0 +1,175 @@
+// Files through the reactor: contract in include/spindle/io/file.hpp.
+#include "spindle/io/file.hpp"
+
+#include <linux/io_uring.h>  // IORING_FSYNC_DATASYNC (the reactor's fsync flag)
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <limits>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "spindle/io/io_wait.hpp"
+#include "spindle/task/cancellation.hpp"
+
+namespace spindle::io {
+namespace {
+
+[[noreturn]] void throw_error(int error, const char* call) {
+  throw std::system_error(error, std::system_category(), std::string("spindle: ") + call);
+}
+
+std::int64_t checked_offset(std::uint64_t offset, const char* call) {
+  if (offset > std::uint64_t(std::numeric_limits<std::int64_t>::max())) throw_error(EINVAL, call);
+  return std::int64_t(offset);
+}
+
+// Waits until `fd` is ready for `events` (POLLIN / POLLOUT). Errors and hang-ups count as ready:
+// the retried operation reports them.
+task<void> wait_ready(int fd, short events) {
+  for (;;) {
+    core::io_operation op{};
+    op.opcode = core::io_opcode::poll;
+    op.fd = fd;
+    op.flags = events;
+    const std::int32_t result = co_await submit_and_wait(op);
+    if (result >= 0) co_return;
+    if (result != -EINTR && result != -EAGAIN) throw_error(-result, "poll");
+  }
+}
+
+// Submits a copy of `prototype` until its result is neither -EINTR nor -EAGAIN (after an -EAGAIN,
+// waits for readiness first). Returns the result: >= 0, or -errno.
+task<std::int32_t> submit_retrying(core::io_operation prototype, short events) {
+  for (;;) {
+    core::io_operation op = prototype;  // fresh reactor bookkeeping for every attempt
+    const std::int32_t result = co_await submit_and_wait(op);
+    if (result == -EAGAIN) {
+      co_await wait_ready(prototype.fd, events);
+      continue;
+    }
+    if (result != -EINTR) co_return result;
+  }
+}
+
+core::io_operation transfer_operation(core::io_opcode opcode, int fd, const void* buffer,
+                                      std::size_t length, std::int64_t offset) noexcept {
+  core::io_operation op{};
+  op.opcode = opcode;
+  op.fd = fd;
+  op.buffer = const_cast<void*>(buffer);  // a write only reads it
+  op.length = std::uint32_t(std::min(length, file::max_transfer));
+  op.offset = offset;
+  return op;
+}
+
+}  // namespace
+
+file::file(file&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+file& file::operator=(file&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+file::~file() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int file::release() noexcept { return std::exchange(fd_, -1); }
+
+task<file> file::open(std::string path, int flags, mode_t mode) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) throw_error(errno, "open");
+  co_return file(fd);
+}
+
+task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offset) {
+  const std::int64_t at = checked_offset(offset, "pread");
+  const std::int32_t result = co_await submit_retrying(
+      transfer_operation(core::io_opcode::read, fd_, buffer.data(), buffer.size(), at), POLLIN);
+  if (result < 0) throw_error(-result, "pread");
+  co_return std::size_t(result);
+}
+
+task<std::size_t> file::write_at(std::span<const std::byte> buffer, std::uint64_t offset) {
+  const std::int64_t at = checked_offset(offset, "pwrite");
+  const std::int32_t result = co_await submit_retrying(
+      transfer_operation(core::io_opcode::write, fd_, buffer.data(), buffer.size(), at), POLLOUT);
+  if (result < 0) throw_error(-result, "pwrite");
+  co_return std::size_t(result);
+}
+
+task<void> file::read_exact_at(std::span<std::byte> buffer, std::uint64_t offset) {
+  std::size_t done = 0;
+  while (done < buffer.size()) {
+    const std::size_t n = co_await read_at(buffer.subspan(done), offset + done);
+    if (n == 0) {
+      throw std::system_error(ENODATA, std::system_category(),
+                              "spindle: pread: unexpected end of file");
+    }
+    done += n;
+  }
+}
+
+task<void> file::write_all_at(std::span<const std::byte> buffer, std::uint64_t offset) {
+  std::size_t done = 0;
+  while (done < buffer.size()) {
+    const std::size_t n = co_await write_at(buffer.subspan(done), offset + done);
+    if (n == 0) throw std::system_error(EIO, std::system_category(), "spindle: pwrite: no progress");
+    done += n;
+  }
+}
+
+task<void> file::fsync_with(std::uint32_t flags, const char* call) {
+  core::io_operation op{};
+  op.opcode = core::io_opcode::fsync;
+  op.fd = fd_;
+  op.flags = std::int32_t(flags);
+  const std::int32_t result = co_await submit_retrying(op, POLLOUT);
+  if (result < 0) throw_error(-result, call);
+}
+
+task<void> file::sync() { return fsync_with(0, "fsync"); }
+
+task<void> file::sync_data() { return fsync_with(IORING_FSYNC_DATASYNC, "fdatasync"); }
+
+task<void> file::close() {
+  if (fd_ < 0) co_return;
+  const int fd = std::exchange(fd_, -1);
+  core::io_operation op{};
+  op.opcode = core::io_opcode::close;
+  op.fd = fd;
+  std::int32_t result = 0;
+  try {
+    result = co_await submit_and_wait(op);
+  } catch (const task_cancelled&) {
+    // Never submitted (cancellation was already requested: on_complete was never set), or given
+    // up by the kernel before it ran: the descriptor is still open, and still ours.
+    if (op.on_complete == nullptr || op.result == -ECANCELED) ::close(fd);
+    throw;
+  } catch (...) {
+    ::close(fd);  // usage_error: not on a runtime worker, nothing was submitted
+    throw;
+  }
+  // EINTR: Linux has released the descriptor anyway; retrying could close someone else's.
+  if (result < 0 && result != -EINTR) throw_error(-result, "close");
+}
+
+std::uint64_t file::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw_error(errno, "fstat");
+  return std::uint64_t(st.st_size);
+}
+
+}  // namespace spindle::io
