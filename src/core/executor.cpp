@@ -180,9 +180,6 @@ runnable* executor::search() noexcept {
   for (std::uint32_t round = 0; round < 4; ++round) {
     if (runnable* r = steal_round()) return r;
     if (core_.stopping()) return nullptr;
-    // Nothing visible anywhere: spinning only takes the CPU from whoever will produce the next
-    // work (another executor, an I/O peer on this machine). Park instead; a publisher wakes us.
-    if (!core_.any_work_visible(index_)) return nullptr;
     for (std::uint32_t spin = 0; spin < (32u << round); ++spin) cpu_relax();
   }
   return nullptr;
