@@ -2,6 +2,8 @@
 // operations in flight, the queue of completions to deliver, and delivery itself.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -45,12 +47,22 @@ class park_state {
     state_.exchange(running, std::memory_order_acquire);  // acquire: as above
   }
   // Any thread: returns what the owner was doing, so the caller wakes it the right way:
-  // parked_kernel -> write the eventfd; parked_futex -> wake_futex(); else nothing.
+  // parked_kernel -> write the eventfd; parked_futex -> futex wake-up; else nothing.
   std::uint32_t notify() noexcept {
     // release: pairs with the owner's acquire, publishing what was queued before unpark().
     return state_.exchange(notified, std::memory_order_release);
   }
-  void wake_futex() noexcept { futex_wake_one(&state_); }
+  // Any thread: the whole park_driver::unpark for a backend whose kernel wait `wake_fd` (an
+  // eventfd) interrupts.
+  void unpark(int wake_fd) noexcept {
+    const std::uint32_t was = notify();
+    if (was == parked_futex) {
+      futex_wake_one(&state_);
+    } else if (was == parked_kernel) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t written = ::write(wake_fd, &one, sizeof one);
+    }
+  }
 
  private:
   std::atomic<std::uint32_t> state_{running};
@@ -85,10 +97,12 @@ class in_flight_list {
   std::size_t size_ = 0;
 };
 
-// FIFO of operations whose final result is known, linked through next_waiting (owner-only).
-class completion_queue {
+// A FIFO of operations linked through next_waiting (owner-only): completions waiting for
+// delivery, and in the epoll backend the operations waiting per descriptor. Removal from anywhere
+// (cancel) is a scan comparing addresses, so a stale id is never dereferenced.
+class operation_fifo {
  public:
-  void push(io_operation* op) noexcept {
+  void push_back(io_operation* op) noexcept {
     op->next_waiting = nullptr;
     if (tail_ != nullptr) {
       tail_->next_waiting = op;
@@ -97,7 +111,8 @@ class completion_queue {
     }
     tail_ = op;
   }
-  io_operation* pop() noexcept {
+  io_operation* front() const noexcept { return head_; }
+  io_operation* pop_front() noexcept {
     io_operation* op = head_;
     if (op != nullptr) {
       head_ = op->next_waiting;
@@ -106,7 +121,28 @@ class completion_queue {
     }
     return op;
   }
+  // Unlinks `op` if it is on this list.
+  bool remove(io_operation* op) noexcept {
+    io_operation* previous = nullptr;
+    for (io_operation* it = head_; it != nullptr; previous = it, it = it->next_waiting) {
+      if (it != op) continue;
+      if (previous != nullptr) {
+        previous->next_waiting = op->next_waiting;
+      } else {
+        head_ = op->next_waiting;
+      }
+      if (tail_ == op) tail_ = previous;
+      op->next_waiting = nullptr;
+      return true;
+    }
+    return false;
+  }
   bool empty() const noexcept { return head_ == nullptr; }
+  operation_fifo take_all() noexcept {
+    operation_fifo all = *this;
+    head_ = tail_ = nullptr;
+    return all;
+  }
 
  private:
   io_operation* head_ = nullptr;

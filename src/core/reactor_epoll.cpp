@@ -68,7 +68,7 @@
 // waiting for readiness, it moves `parking_` running -> parked_kernel and blocks in epoll_wait
 // (timeout in milliseconds, rounded up); with none, it parks on the state word (a futex, cheaper
 // to wake). unpark() exchanges the state to notified and makes a system call only if it replaced
-// a parked state: wake_futex, or a write to the eventfd (registered level-triggered in the epoll
+// a parked state: a futex wake-up, or a write to the eventfd (registered level-triggered in the epoll
 // set; the owner reads it empty when it fires).
 #include <fcntl.h>
 #include <linux/io_uring.h>
@@ -101,55 +101,6 @@ constexpr std::int32_t not_ready = INT32_MIN;
 // callback): its retries read SO_ERROR instead of connecting again.
 constexpr std::int32_t connect_started = -EINPROGRESS;
 
-// A FIFO of operations linked through next_waiting, with removal from anywhere (cancel).
-class op_fifo {
- public:
-  void push_back(io_operation* op) noexcept {
-    op->next_waiting = nullptr;
-    if (tail_ != nullptr) {
-      tail_->next_waiting = op;
-    } else {
-      head_ = op;
-    }
-    tail_ = op;
-  }
-  io_operation* front() const noexcept { return head_; }
-  io_operation* pop_front() noexcept {
-    io_operation* op = head_;
-    if (op != nullptr) {
-      head_ = op->next_waiting;
-      if (head_ == nullptr) tail_ = nullptr;
-      op->next_waiting = nullptr;
-    }
-    return op;
-  }
-  // Unlinks `op` if it is on this list (a scan: comparing addresses only).
-  bool remove(io_operation* op) noexcept {
-    io_operation* previous = nullptr;
-    for (io_operation* it = head_; it != nullptr; previous = it, it = it->next_waiting) {
-      if (it != op) continue;
-      if (previous != nullptr) {
-        previous->next_waiting = op->next_waiting;
-      } else {
-        head_ = op->next_waiting;
-      }
-      if (tail_ == op) tail_ = previous;
-      op->next_waiting = nullptr;
-      return true;
-    }
-    return false;
-  }
-  bool empty() const noexcept { return head_ == nullptr; }
-  op_fifo take_all() noexcept {
-    op_fifo all = *this;
-    head_ = tail_ = nullptr;
-    return all;
-  }
-
- private:
-  io_operation* head_ = nullptr;
-  io_operation* tail_ = nullptr;
-};
 
 // What the reactor knows about one descriptor number (owner only).
 struct fd_state {
@@ -158,9 +109,9 @@ struct fd_state {
   bool socket = false;
   bool blocking = false;     // O_NONBLOCK clear: attempts are gated on poll(2)
   bool registered = false;   // in the epoll set (as far as we know: see the MOD check)
-  op_fifo readers;
-  op_fifo writers;
-  op_fifo pollers;
+  operation_fifo readers;
+  operation_fifo writers;
+  operation_fifo pollers;
   bool idle() const noexcept { return readers.empty() && writers.empty() && pollers.empty(); }
 };
 
@@ -252,7 +203,7 @@ class epoll_reactor final : public reactor {
 
   void drain() noexcept override {
     while (!in_flight_.empty() || undelivered_ != 0) {
-      op_fifo queued = queued_.take_all();
+      operation_fifo queued = queued_.take_all();
       while (io_operation* op = queued.pop_front()) {
         if (op->opcode == io_opcode::close) {
           finish(op, close_now(op->fd));
@@ -300,15 +251,7 @@ class epoll_reactor final : public reactor {
     deliver();
   }
 
-  void unpark() noexcept override {
-    const std::uint32_t was = parking_.notify();
-    if (was == park_state::parked_futex) {
-      parking_.wake_futex();
-    } else if (was == park_state::parked_kernel) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] ssize_t written = ::write(wake_fd_, &one, sizeof one);
-    }
-  }
+  void unpark() noexcept override { parking_.unpark(wake_fd_); }
 
  private:
   // --- bookkeeping ---------------------------------------------------------------------------
@@ -323,7 +266,7 @@ class epoll_reactor final : public reactor {
   // Takes an operation known to be in flight off its list (queued_ or a descriptor's).
   bool unlink(io_operation* op) noexcept {
     if (fd_state* state = find_state(op->fd)) {
-      op_fifo* list = list_of(*state, direction_of(op));
+      operation_fifo* list = list_of(*state, direction_of(op));
       if (list != nullptr && list->remove(op)) {
         --waiting_;
         return true;
@@ -336,12 +279,12 @@ class epoll_reactor final : public reactor {
   void finish(io_operation* op, std::int32_t result) noexcept {
     op->result = result;
     in_flight_.remove(op);
-    completed_.push(op);
+    completed_.push_back(op);
     ++undelivered_;
   }
 
   void deliver() noexcept {
-    while (io_operation* op = completed_.pop()) {
+    while (io_operation* op = completed_.pop_front()) {
       --undelivered_;
       complete(op, fault_hook_);
     }
@@ -382,7 +325,7 @@ class epoll_reactor final : public reactor {
     return true;
   }
 
-  static op_fifo* list_of(fd_state& state, direction d) noexcept {
+  static operation_fifo* list_of(fd_state& state, direction d) noexcept {
     switch (d) {
       case direction::read: return &state.readers;
       case direction::write: return &state.writers;
@@ -417,7 +360,7 @@ class epoll_reactor final : public reactor {
 
   void attempt_queued() noexcept {
     // Only what is queued now: a callback run later may queue more, for the next round.
-    op_fifo queued = queued_.take_all();
+    operation_fifo queued = queued_.take_all();
     while (io_operation* op = queued.pop_front()) start(op);
   }
 
@@ -436,7 +379,7 @@ class epoll_reactor final : public reactor {
     }
     // A regular file is never not ready, so it never waits and its lists stay empty. (Should a
     // state be stale and name a pollable file now, EAGAIN leads to the registration below.)
-    op_fifo& list = *list_of(*state, d);
+    operation_fifo& list = *list_of(*state, d);
     if (!list.empty()) {  // behind earlier operations of the same direction: keep the order
       list.push_back(op);
       ++waiting_;
@@ -556,7 +499,7 @@ class epoll_reactor final : public reactor {
   }
 
   void cancel_waiters(fd_state& state) noexcept {
-    for (op_fifo* list : {&state.readers, &state.writers, &state.pollers}) {
+    for (operation_fifo* list : {&state.readers, &state.writers, &state.pollers}) {
       while (io_operation* op = list->pop_front()) {
         --waiting_;
         finish(op, -ECANCELED);
@@ -593,7 +536,7 @@ class epoll_reactor final : public reactor {
   }
 
   // Retries the waiting operations of one list in order until one is not ready.
-  void retry(const fd_state& state, op_fifo& list) noexcept {
+  void retry(const fd_state& state, operation_fifo& list) noexcept {
     while (io_operation* op = list.front()) {
       const std::int32_t result = attempt(op, state);
       if (result == not_ready) return;
@@ -607,8 +550,8 @@ class epoll_reactor final : public reactor {
   int wake_fd_ = -1;
   park_state parking_;
   in_flight_list in_flight_;      // submitted, result not known yet
-  op_fifo queued_;                // submitted, not attempted yet
-  completion_queue completed_;    // result known, callback not run yet
+  operation_fifo queued_;                // submitted, not attempted yet
+  operation_fifo completed_;      // result known, callback not run yet
   std::size_t undelivered_ = 0;   // size of completed_
   std::size_t waiting_ = 0;       // operations on descriptors' lists
   std::vector<fd_state> states_;  // indexed by descriptor number

@@ -162,15 +162,7 @@ class uring_reactor final : public reactor {
     reap();
   }
 
-  void unpark() noexcept override {
-    const std::uint32_t was = parking_.notify();
-    if (was == park_state::parked_futex) {
-      parking_.wake_futex();
-    } else if (was == park_state::parked_kernel) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] ssize_t written = ::write(wake_fd_, &one, sizeof one);
-    }
-  }
+  void unpark() noexcept override { parking_.unpark(wake_fd_); }
 
  private:
   io_uring_sqe* next_sqe() noexcept {
@@ -249,11 +241,11 @@ class uring_reactor final : public reactor {
         auto* op = reinterpret_cast<io_operation*>(tag);
         op->result = cqe->res;
         in_flight_.remove(op);
-        completed_.push(op);
+        completed_.push_back(op);
       }
     }
     io_uring_cq_advance(&ring_, seen);
-    while (io_operation* op = completed_.pop()) complete(op, fault_hook_);
+    while (io_operation* op = completed_.pop_front()) complete(op, fault_hook_);
   }
 
   io_uring ring_{};
@@ -264,7 +256,7 @@ class uring_reactor final : public reactor {
   bool wake_read_armed_ = false;
   park_state parking_;
   in_flight_list in_flight_;
-  completion_queue completed_;
+  operation_fifo completed_;
 };
 
 }  // namespace

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/test_support.hpp"
+
 #include <algorithm>
 #include <array>
 #include <exception>
@@ -52,19 +54,9 @@ inline std::string backend_name(const ::testing::TestParamInfo<io_backend>& info
                                              ::spindle::core::io_backend::epoll),            \
                            ::net_test::backend_name)
 
-// Whether this is a sanitizer build (ASan or TSan): counts go down.
-inline constexpr bool under_tsan =
-#if defined(SPINDLE_TSAN) || defined(__SANITIZE_THREAD__)
-    true;
-#else
-    false;
-#endif
-inline constexpr bool under_asan =
-#if defined(__SANITIZE_ADDRESS__)
-    true;
-#else
-    false;
-#endif
+// Sanitizer builds run fewer iterations (the flags live in the shared test support).
+using ::spindle::testing::under_asan;
+using ::spindle::testing::under_tsan;
 
 // The count for this build: `release`, or the smaller ASan / TSan figure.
 inline int scaled(int release, int asan, int tsan) {

@@ -189,7 +189,7 @@ inline void futex_ping_pong(spindle::core::futex_parker& a, spindle::core::futex
 
 // Whether this is a ThreadSanitizer build (which runs about 5-10x slower): for smaller counts.
 inline constexpr bool under_tsan =
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) || defined(SPINDLE_TSAN)
     true;
 #else
     false;
