@@ -21,12 +21,6 @@ constexpr clock_duration stuck_check_interval = std::chrono::milliseconds(2);
 constexpr std::uint64_t utilisation_window_ns = 1'000'000;
 constexpr std::uint64_t utilisation_time_constant_ns = 4'000'000;
 
-std::uint64_t monotonic_ns() noexcept {
-  return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now().time_since_epoch())
-                           .count());
-}
-
 }  // namespace
 
 executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& clock)
@@ -45,14 +39,7 @@ std::uint32_t executor::load() const noexcept {
          std::uint32_t(core_.global_injector().size(index_)) + (inbox_.empty() ? 0u : 1u);
 }
 
-std::uint32_t executor::next_random() noexcept {
-  // xorshift32: owner-only state, good enough to pick victims.
-  std::uint32_t x = random_state_;
-  x ^= x << 13;
-  x ^= x >> 17;
-  x ^= x << 5;
-  return random_state_ = x;
-}
+std::uint32_t executor::next_random() noexcept { return next_xorshift(random_state_); }
 
 void executor::overflow(runnable** items, std::uint32_t count) noexcept {
   for (std::uint32_t i = 0; i + 1 < count; ++i) items[i]->next = items[i + 1];
@@ -207,7 +194,7 @@ void executor::end_of_budget() noexcept {
   }
   fire_timers();
   if (reactor_->in_flight() != 0) reactor_->poll();
-  update_utilisation(monotonic_ns());
+  update_utilisation(monotonic_nanoseconds());
 }
 
 void executor::fire_timers() noexcept {
@@ -284,13 +271,13 @@ void executor::park() noexcept {
     if (!timeout || *timeout > stuck_check_interval) timeout = stuck_check_interval;
   }
   stats_.parks.store(stats_.parks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  const std::uint64_t parked_at = monotonic_ns();
+  const std::uint64_t parked_at = monotonic_nanoseconds();
   if (busy_since_ns_ != 0) window_busy_ns_ += parked_at - busy_since_ns_;
   busy_since_ns_ = 0;
   if (others_awake) core_.watchers_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a hint
   reactor_->wait(timeout);
   if (others_awake) core_.watchers_.fetch_sub(1, std::memory_order_relaxed);
-  busy_since_ns_ = monotonic_ns();
+  busy_since_ns_ = monotonic_nanoseconds();
   // 4. Woken: by a notifier (it unregistered us, maybe as a searcher) or by time.
   is_searching_ = core_.leave_sleepers(index_);
   fire_timers();
@@ -306,7 +293,7 @@ void executor::park() noexcept {
 void executor::run_loop() noexcept {
   current_executor = this;
   reactor_->attach_owner();
-  busy_since_ns_ = window_start_ns_ = monotonic_ns();
+  busy_since_ns_ = window_start_ns_ = monotonic_nanoseconds();
   while (!core_.stopping()) {
     runnable* r = next_runnable();
     if (r == nullptr) r = search();

@@ -22,12 +22,6 @@ void bump(std::atomic<std::uint64_t>& counter) noexcept {
   counter.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics only
 }
 
-std::uint64_t monotonic_ns() noexcept {
-  return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now().time_since_epoch())
-                           .count());
-}
-
 // Clock checks aim at this fraction of a quantum; the countdown interval doubles or halves to
 // keep the spacing within a factor of two of it.
 constexpr std::uint64_t checks_per_quantum = 4;
@@ -52,11 +46,7 @@ thread_local std::unique_ptr<owned_state> thread_owned_state;
 fork_thread_state serial_state;
 
 std::uint32_t next_random(fork_thread_state* state) noexcept {
-  std::uint32_t x = state->random_state;  // xorshift32, owner-only
-  x ^= x << 13;
-  x ^= x >> 17;
-  x ^= x << 5;
-  return state->random_state = x;
+  return core::next_xorshift(state->random_state);  // owner-only
 }
 
 // The least utilised of two random other executors (load.md), or no preference.
@@ -118,7 +108,7 @@ fork_thread_state* attach_thread() noexcept {
   state.executor = executor;
   state.quantum_ns = std::uint64_t(executor->core().options().fork_quantum.count());
   state.countdown = state.interval = 1;
-  state.last_check_ns = monotonic_ns();
+  state.last_check_ns = core::monotonic_nanoseconds();
   state.next_heartbeat_ns = state.last_check_ns + state.quantum_ns;
   state.random_state = 0x9e3779b9u * (executor->index() + 1);
   current_state = &state;
@@ -130,7 +120,7 @@ void on_countdown(fork_thread_state* state) noexcept {
     state->countdown = std::int64_t(1) << 62;
     return;
   }
-  const std::uint64_t now = monotonic_ns();
+  const std::uint64_t now = core::monotonic_nanoseconds();
   const std::uint64_t elapsed = now - state->last_check_ns;
   state->last_check_ns = now;
   std::uint64_t target = state->quantum_ns / checks_per_quantum;

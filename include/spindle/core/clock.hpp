@@ -55,4 +55,24 @@ class manual_clock final : public clock {
   std::vector<std::pair<void*, std::function<void()>>> subscribers_;
 };
 
+namespace core {
+
+// Nanoseconds of the steady clock, for the runtime's own bookkeeping (utilisation windows,
+// fork-join heartbeats), which must not follow an injected clock.
+inline std::uint64_t monotonic_nanoseconds() noexcept {
+  return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch())
+                           .count());
+}
+
+// xorshift32 step: a cheap owner-only random source, good enough to pick victims.
+inline std::uint32_t next_xorshift(std::uint32_t& state) noexcept {
+  std::uint32_t x = state;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  return state = x;
+}
+
+}  // namespace core
 }  // namespace spindle
