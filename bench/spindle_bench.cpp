@@ -12,10 +12,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <map>
 #include <ranges>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "spindle/spindle.hpp"
@@ -181,6 +183,196 @@ measurement run_submit(long count, int threads) {
   return {seconds, done.load(), count};
 }
 
+// --- actors: pingpong, ring, skynet-actors ---------------------------------------------------
+// The actors are spawned from a task on one worker (spawn_actor_here), as an actor program's
+// root would; placement and migration then decide where they run.
+
+// Runs `setup` in a task on a worker, then blocks until it reports a result through `done`.
+template <class Setup>
+long run_actor_program(spindle::runtime& rt, Setup setup) {
+  std::promise<long> done;
+  std::future<long> result = done.get_future();
+  rt.block_on([&]() -> spindle::task<void> {
+    setup(done);
+    co_return;
+  }());
+  return result.get();
+}
+
+// pingpong: two actors exchange N messages back and forth (N round trips).
+struct ping_actor {
+  using message_type = long;
+  long trips;
+  std::promise<long>* done;
+  spindle::actor_ref<std::variant<spindle::actor_ref<long>, long>> partner;
+  void receive(long value, spindle::actor_context<long>& context) {
+    if (value == trips) {
+      done->set_value(value);
+      context.stop();
+      partner.stop();
+      return;
+    }
+    partner.send(value + 1);
+  }
+};
+struct pong_actor {
+  using message_type = std::variant<spindle::actor_ref<long>, long>;
+  spindle::actor_ref<long> partner;
+  void receive(message_type& message) {
+    if (auto* ref = std::get_if<spindle::actor_ref<long>>(&message)) {
+      partner = std::move(*ref);
+    } else {
+      partner.send(std::get<long>(message));
+    }
+  }
+};
+
+measurement run_pingpong(long trips, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  auto once = [&](long n) {
+    return run_actor_program(rt, [n](std::promise<long>& done) {
+      auto pong = spindle::spawn_actor_here<pong_actor>({});
+      auto ping = spindle::spawn_actor_here<ping_actor>({}, n, &done, pong);
+      pong.send(ping);
+      ping.send(0);
+    });
+  };
+  once(trips / 10);
+  const auto start = bench_clock::now();
+  const long result = once(trips);
+  return {seconds_since(start), result, trips};
+}
+
+// ring: 1,000 actors in a ring pass one token N hops.
+struct ring_actor {
+  using message_type = long;
+  const std::vector<spindle::actor_ref<long>>* ring;
+  std::size_t next;
+  std::promise<long>* done;
+  void receive(long hops) {
+    if (hops == 0) {
+      done->set_value(0);
+      return;
+    }
+    (*ring)[next].send(hops - 1);
+  }
+};
+
+measurement run_ring(long hops, int threads) {
+  constexpr std::size_t ring_size = 1000;
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  std::vector<spindle::actor_ref<long>> ring;
+  auto once = [&](long n) {
+    ring.clear();
+    const long result = run_actor_program(rt, [&ring, n](std::promise<long>& done) {
+      for (std::size_t i = 0; i < ring_size; ++i) {
+        ring.push_back(spindle::spawn_actor_here<ring_actor>({}, &ring, (i + 1) % ring_size, &done));
+      }
+      ring[0].send(n);
+    });
+    for (auto& actor : ring) actor.stop();
+    return result;
+  };
+  once(hops / 10);
+  const auto start = bench_clock::now();
+  const long result = once(hops);
+  return {seconds_since(start), result, 0};
+}
+
+// skynet-actors: one actor per node of the skynet tree (10 children per node, N leaves); each
+// leaf sends its number to its parent, each node the sum of its children's.
+struct skynet_actor {
+  using message_type = long;
+  long number;
+  long size;
+  spindle::actor_ref<long> parent;
+  std::promise<long>* done;  // the root's
+  long sum = 0;
+  int pending = 10;
+  void report(long value, spindle::actor_context<long>& context) {
+    if (parent) {
+      parent.send(value);
+    } else {
+      done->set_value(value);
+    }
+    context.stop();
+  }
+  void on_start(spindle::actor_context<long>& context) {
+    if (size == 1) {
+      report(number, context);
+      return;
+    }
+    const long child_size = size / 10;
+    for (long i = 0; i < 10; ++i) {
+      spindle::spawn_actor_here<skynet_actor>({}, number + i * child_size, child_size,
+                                              context.self(), nullptr);
+    }
+  }
+  void receive(long value, spindle::actor_context<long>& context) {
+    sum += value;
+    if (--pending == 0) report(sum, context);
+  }
+};
+
+measurement run_skynet_actors(long leaves, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  auto once = [&](long n) {
+    return run_actor_program(rt, [n](std::promise<long>& done) {
+      spindle::spawn_actor_here<skynet_actor>({}, 0L, n, spindle::actor_ref<long>{}, &done);
+    });
+  };
+  once(leaves / 10);
+  const auto start = bench_clock::now();
+  const long result = once(leaves);
+  return {seconds_since(start), result, leaves * (leaves - 1) / 2};
+}
+
+// idle-actors: N actors with no state, spawned and left idle; reports the resident memory they
+// add (target: at most 256 bytes per idle actor). The time is that of spawning them all from a
+// task on one worker.
+struct idle_actor {
+  using message_type = int;
+  void receive(int) {}
+};
+
+long resident_bytes() {
+  long pages_total = 0, pages_resident = 0;
+  if (std::FILE* file = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(file, "%ld %ld", &pages_total, &pages_resident) != 2) pages_resident = 0;
+    std::fclose(file);
+  }
+  return pages_resident * 4096;
+}
+
+measurement run_idle_actors(long count, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  std::vector<spindle::actor_ref<int>> refs;
+  refs.reserve(std::size_t(count));
+  rt.block_on([]() -> spindle::task<void> { co_return; }());  // workers and caches warm
+  const long before = resident_bytes() + long(refs.capacity() * sizeof(refs[0]));
+  const auto start = bench_clock::now();
+  rt.block_on([&refs, count]() -> spindle::task<void> {
+    for (long i = 0; i < count; ++i) refs.push_back(spindle::spawn_actor_here<idle_actor>({}));
+    co_return;
+  }());
+  const double seconds = seconds_since(start);
+  const long added = resident_bytes() - before;
+  std::printf("# idle-actors: %ld actors add %.1f MB resident, %ld bytes per actor\n", count,
+              double(added) / 1e6, added / count);
+  return {seconds, count, count};
+}
+
+// SPINDLE_BENCH_STATISTICS=1: the fork-join counters on stderr (warm-up run included).
+void print_fork_statistics() {
+  const spindle::fork_counters c = spindle::fork_statistics();
+  std::fprintf(stderr,
+               "fork statistics: heartbeats=%llu promoted=%llu withdrawn=%llu delegated=%llu "
+               "helped=%llu\n",
+               (unsigned long long)c.heartbeats, (unsigned long long)c.promoted,
+               (unsigned long long)c.withdrawn, (unsigned long long)c.delegated,
+               (unsigned long long)c.helped);
+}
+
 using workload_function = measurement (*)(long, int);
 
 struct workload {
@@ -191,7 +383,11 @@ struct workload {
 const std::map<std::string, workload>& workloads() {
   static const std::map<std::string, workload> table = {
       {"fib", {&run_fib, 35}},
+      {"pingpong", {&run_pingpong, 1000000}},
+      {"ring", {&run_ring, 1000000}},
+      {"skynet-actors", {&run_skynet_actors, 1000000}},
       {"fib-spawn", {&run_fib_spawned, 30}},
+      {"idle-actors", {&run_idle_actors, 1000000}},
       {"reduce", {&run_reduce, 100000000}},
       {"skynet", {&run_skynet, 1000000}},
       {"skynet-tasks", {&run_skynet_tasks, 1000000}},
@@ -257,5 +453,6 @@ int main(int argc, char** argv) {
   }
   const measurement m = it->second.run(param, threads);
   emit(name.c_str(), param, threads, m);
+  if (std::getenv("SPINDLE_BENCH_STATISTICS") != nullptr) print_fork_statistics();
   return m.result == m.expected ? 0 : 1;
 }

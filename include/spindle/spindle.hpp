@@ -13,6 +13,7 @@
 #include "spindle/fork/fork.hpp"
 #include "spindle/io/io.hpp"
 #include "spindle/net/net.hpp"
+#include "spindle/actor/actors.hpp"
 
 namespace spindle {
 

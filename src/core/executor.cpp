@@ -94,6 +94,9 @@ runnable* executor::take_from_injector(std::size_t shard) noexcept {
 }
 
 runnable* executor::next_runnable() noexcept {
+  // Messages first (M1): one relaxed load while the mailbox is empty. Delivering may queue
+  // runnables, which the steps below then find.
+  if (!mailbox_.empty()) poll_mailbox();
   ++tick_;
   // A countdown rather than tick % interval: a division per runnable is measurable here.
   if (--until_injector_check_ == 0) {
@@ -166,7 +169,8 @@ runnable* executor::search() noexcept {
   // executors' queues are empty right now; spinning harder only steals cache lines from them.
   for (std::uint32_t round = 0; round < 4; ++round) {
     if (runnable* r = steal_round()) return r;
-    if (core_.stopping()) return nullptr;
+    // A message arrived: the loop polls its mailbox before searching on.
+    if (core_.stopping() || !mailbox_.empty()) return nullptr;
     for (std::uint32_t spin = 0; spin < (32u << round); ++spin) cpu_relax();
   }
   return nullptr;
@@ -251,12 +255,15 @@ runnable* executor::steal_from_stuck_owners() noexcept {
 void executor::park() noexcept {
   const bool was_searching = is_searching_;
   is_searching_ = false;
-  // 1. PARKING: registered as a sleeper, counted as parked.
+  // 1. PARKING: registered as a sleeper, counted as parked; senders of messages see the flag.
+  mailbox_.announce_parking();
   core_.transition_to_parked(index_, was_searching);
-  // 2. Re-check every work source after the fence (pairs with notify_work_available's fence).
+  // 2. Re-check every work source after the fence (pairs with notify_work_available's fence; the
+  // mailbox's re-check is a seq_cst load against the sender's seq_cst post, executor_mailbox.hpp).
   fence_seq_cst();
   if (core_.stopping() || core_.any_work_visible(index_)) {
     is_searching_ = core_.leave_sleepers(index_);
+    mailbox_.announce_awake();
     return;
   }
   // 3. PARKED: wait for a notification, the next timer deadline, or the stuck check.
@@ -280,6 +287,7 @@ void executor::park() noexcept {
   busy_since_ns_ = monotonic_nanoseconds();
   // 4. Woken: by a notifier (it unregistered us, maybe as a searcher) or by time.
   is_searching_ = core_.leave_sleepers(index_);
+  mailbox_.announce_awake();
   fire_timers();
   update_utilisation(busy_since_ns_);
   const auto waited = clock_duration(busy_since_ns_ - parked_at);
@@ -301,6 +309,7 @@ void executor::run_loop() noexcept {
       run_one(r);
       continue;
     }
+    if (!mailbox_.empty()) continue;  // a message arrived while searching: deliver it first
     fire_timers();
     park();
   }

@@ -150,6 +150,8 @@ void runtime_core::schedule_on(std::uint32_t executor_index, runnable* r) noexce
   if (draining_.load(std::memory_order_relaxed)) return;
   executor& target = executor_at(executor_index);
   target.inbox().push(r);
+  // Queued by the target's own thread: it is awake and takes its inbox before it parks.
+  if (executor::current() == &target) return;
   // The inbox is not stealable: wake this executor specifically, whoever is searching.
   fence_seq_cst();
   if (cancel_park(executor_index)) target.parker().unpark();
@@ -278,7 +280,10 @@ bool runtime_core::leave_sleepers(std::uint32_t index) noexcept {
 
 bool runtime_core::any_work_visible(std::uint32_t self_index) const noexcept {
   executor& self = executor_at(self_index);
-  if (!self.inbox().empty() || !self.local().empty()) return true;
+  if (!self.mailbox().empty_for_parking_recheck() || !self.inbox().empty() ||
+      !self.local().empty()) {
+    return true;
+  }
   if (injector_.any()) return true;
   const std::uint32_t count = executor_count();
   for (std::uint32_t i = 0; i < count; ++i) {
@@ -337,12 +342,20 @@ void runtime_core::finish_shutdown() noexcept {
   // Step 4 happened on each worker as it left its loop (executor::run_loop drains its reactor).
   // Step 5.
   draining_.store(true, std::memory_order_relaxed);  // relaxed: no worker runs any more
+  drain_mailboxes();
   drain_queues();
   // Run the hook once and drop it (it may hold the layer above alive; see task/runtime.cpp).
   if (std::function<void()> hook = std::exchange(on_stopped_, {})) hook();
   // release: pairs with the acquire of waiting shutdown() callers.
   finished_.store(true, std::memory_order_release);
   finished_.notify_all();
+}
+
+void runtime_core::drain_mailboxes() noexcept {
+  // Step 5a: close every mailbox and discard what it holds (executor_mailbox.cpp). A message sent
+  // to a closed mailbox is discarded by its sender, so each is discarded exactly once.
+  const std::uint32_t count = executor_count();
+  for (std::uint32_t i = 0; i < count; ++i) executor_at(i).discard_mailbox();
 }
 
 void runtime_core::drain_queues() noexcept {

@@ -76,8 +76,8 @@ void heartbeat(fork_thread_state* state, std::uint64_t now) noexcept {
   const std::uint32_t executors = core.executor_count();
   if (executors < 2) return;  // nobody could take it
   std::uint32_t promoted = 0;
-  for (std::uint32_t i = 0; i < state->top; ++i) {
-    latent_frame* frame = state->frames[i];
+  for (latent_frame** slot = state->frames; slot != state->top; ++slot) {
+    latent_frame* frame = *slot;
     // Eligible: still latent and pushed before the previous heartbeat (a whole quantum ago).
     if (frame->published != nullptr || frame->epoch + 2 > state->epoch) continue;
     if (!self.offers().has_room()) break;
@@ -103,8 +103,8 @@ fork_thread_state* attach_thread() noexcept {
   if (executor == nullptr) return &serial_state;
   thread_owned_state = std::make_unique<owned_state>();
   fork_thread_state& state = thread_owned_state->state;
-  state.frames = thread_owned_state->frames;
-  state.capacity = frame_capacity;
+  state.frames = state.top = thread_owned_state->frames;
+  state.limit = state.frames + frame_capacity;
   state.executor = executor;
   state.quantum_ns = std::uint64_t(executor->core().options().fork_quantum.count());
   state.countdown = state.interval = 1;
@@ -116,7 +116,7 @@ fork_thread_state* attach_thread() noexcept {
 }
 
 void on_countdown(fork_thread_state* state) noexcept {
-  if (state->capacity == 0) {  // serial: nothing to promote, just keep counting
+  if (state->frames == nullptr) {  // serial: nothing to promote, just keep counting
     state->countdown = std::int64_t(1) << 62;
     return;
   }

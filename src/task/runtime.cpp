@@ -19,6 +19,15 @@ void runtime_state::abandon_all() noexcept {
   }
 }
 
+void runtime_state::stop_extensions() noexcept {
+  for (std::size_t slot = 0; slot < extension_slots; ++slot) {
+    // acquire: pairs with extension_at's release store.
+    if (extension* e = extension_pointers[slot].load(std::memory_order_acquire)) {
+      e->on_runtime_stopped();
+    }
+  }
+}
+
 std::int32_t current_executor_index(const core::runtime_core& core) noexcept {
   core::executor* e = core::executor::current();
   return e != nullptr && &e->core() == &core ? std::int32_t(e->index()) : -1;
@@ -37,11 +46,14 @@ runtime::runtime(runtime_options options) {
   state_ = std::make_shared<detail::runtime_state>(core->options().max_executors);
   state_->core = core;
   core->set_layer_state(state_.get());
-  // Step 5 of shutdown. The hook keeps the task state alive until the shutdown finished (workers
+  // Step 5 of shutdown (then the layers above tasks stop). The hook keeps the task state alive until the shutdown finished (workers
   // and tasks use it through raw pointers); the core drops the hook after running it, which
   // breaks the cycle state -> core -> hook -> state.
   std::shared_ptr<detail::runtime_state> keep = state_;
-  core->set_on_stopped([keep] { keep->abandon_all(); });
+  core->set_on_stopped([keep] {
+    keep->abandon_all();
+    keep->stop_extensions();
+  });
   core->start(core);
 }
 

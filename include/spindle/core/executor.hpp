@@ -3,6 +3,8 @@
 // What the executor owns (touched only by its own thread):
 //   - the owner side of `local` (push/pop), the loop counters, `is_searching`, the random state.
 // What it shares (the executor handle other threads use):
+//   - `mailbox` (anyone posts messages and returns, the owner takes; executor_mailbox.hpp) and
+//     `message_stats`; its message pool is owner-only;
 //   - the thief side of `local` and its size; `inbox` (anyone pushes, the owner drains);
 //   - `offers` (the owner publishes promoted fork-join work, anyone takes one item);
 //   - `timers` (anyone arms/disarms; the owner fires);
@@ -10,6 +12,9 @@
 //     writes, anyone reads).
 //
 // The loop (see docs/design/executor-loop.md), one iteration:
+//   0. the mailbox (inter-executor messages, docs/design/messaging.md): one relaxed load when
+//      empty; otherwise every message is delivered (and every returned one reclaimed) before
+//      anything else runs;
 //   1. every `injector_check_interval` iterations, the own injector shard first (so remote work
 //      cannot starve behind a busy local queue);
 //   2. the inbox (runnables sent to this executor specifically);
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "spindle/core/atomic.hpp"
+#include "spindle/core/executor_mailbox.hpp"
 #include "spindle/core/local_queue.hpp"
 #include "spindle/core/offer_board.hpp"
 #include "spindle/core/parker.hpp"
@@ -57,39 +63,9 @@ struct executor_stats {
   std::atomic<std::uint32_t> utilisation{0};
 };
 
-// A lock-free multi-producer, single-consumer stack of runnables addressed to one executor.
-// Producers push with a CAS on the head; the owner takes everything with one exchange and
-// reverses it to restore FIFO order.
-class executor_inbox {
- public:
-  void push(runnable* item) noexcept {
-    // relaxed: the value is only a CAS expectation.
-    runnable* head = head_.load(std::memory_order_relaxed);
-    do {
-      item->next = head;
-      // release: publishes the runnable (and its link) to the owner's acquire exchange.
-    } while (!head_.compare_exchange_weak(head, item, std::memory_order_release,
-                                          std::memory_order_relaxed));
-  }
-  // Owner. Everything pushed so far, oldest first.
-  runnable* take_all() noexcept {
-    if (head_.load(std::memory_order_relaxed) == nullptr) return nullptr;  // relaxed: hint
-    // acquire: pairs with push's release.
-    runnable* newest = head_.exchange(nullptr, std::memory_order_acquire);
-    runnable* oldest_first = nullptr;
-    while (newest != nullptr) {
-      runnable* next = newest->next;
-      newest->next = oldest_first;
-      oldest_first = newest;
-      newest = next;
-    }
-    return oldest_first;
-  }
-  bool empty() const noexcept { return head_.load(std::memory_order_relaxed) == nullptr; }
-
- private:
-  std::atomic<runnable*> head_{nullptr};
-};
+// Runnables addressed to one executor (spawn_on, I/O cancel requests): the generic MPSC stack of
+// executor_mailbox.hpp (CAS push, exchange-all take reversed to FIFO; only the owner takes).
+using executor_inbox = intrusive_mpsc_stack<runnable>;
 
 class executor {
  public:
@@ -117,6 +93,21 @@ class executor {
   // The executor running on this thread, or null on threads that are not workers.
   static executor* current() noexcept;
 
+  // Sends a message to executor `target` (any executor of this runtime, including this one).
+  // On a worker thread of this runtime the message comes from the CURRENT executor's pool and
+  // returns to it after delivery; from any other thread it is heap-allocated (sender =
+  // foreign_sender) and the receiver frees it after delivery. Never blocks, never fails
+  // (the pool grows in chunks). Wakes `target` if it is parked. Precondition: target <
+  // core.executor_count(), deliver != nullptr. After the shutdown closed the mailboxes (step 5a)
+  // the message is discarded at once on the calling thread: deliver(message, nullptr).
+  static void send_message(runtime_core& core, std::uint32_t target,
+                           void (*deliver)(executor_message&, executor*) noexcept,
+                           void* a = nullptr, void* b = nullptr, void* c = nullptr,
+                           std::uint32_t kind = 0);
+  // A snapshot of this executor's messaging counters (executor_mailbox.hpp).
+  executor_mailbox_stats message_stats() const noexcept { return message_stats_; }
+  executor_mailbox& mailbox() noexcept { return mailbox_; }
+
   // Owner thread: pushes from the running task (spawn/wake -> newest end, yield -> oldest end).
   void push_local(runnable* r, schedule_hint hint) noexcept;
 
@@ -126,6 +117,10 @@ class executor {
  private:
   friend class runtime_core;
   runnable* next_runnable() noexcept;
+  void poll_mailbox() noexcept;
+  void finish_delivery(executor_message* message) noexcept;
+  void reclaim(executor_message* message) noexcept;
+  void discard_mailbox() noexcept;
   runnable* take_from_injector(std::size_t shard) noexcept;
   runnable* take_from_inbox() noexcept;
   runnable* take_starving_oldest() noexcept;
@@ -150,10 +145,14 @@ class executor {
   timer_service timers_;
   std::unique_ptr<reactor> reactor_;
   executor_stats stats_;
+  executor_mailbox_stats message_stats_;
+  // Senders write this line (push) and read it (the parking flag): its own cache line.
+  alignas(cache_line_size) executor_mailbox mailbox_;
   // Number of the runnable last completed, for the stuck check (single writer, sampled).
   alignas(cache_line_size) std::atomic<std::uint64_t> progress_{0};
 
   // Owner-only state.
+  executor_message_pool message_pool_;
   runnable* inbox_backlog_ = nullptr;  // taken from the inbox, not yet run (FIFO via next)
   std::vector<std::uint64_t> observed_progress_;  // other executors' progress at last park
   std::uint64_t tick_ = 0;

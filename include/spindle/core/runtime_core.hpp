@@ -20,10 +20,12 @@
 //   - The last searcher to find work wakes another searcher (there may be more work).
 //
 // Parking protocol (seed 003, PARKING -> re-check -> PARKED -> wait), per executor:
-//   1. PARKING: under sleepers_mutex_ add self to sleepers_, decrement unparked (and searching
-//      if it was searching).
-//   2. re-check: fence, then look at every work source (inbox, own and other injector shards,
-//      other executors' local queues and offer boards). If something is there: remove self
+//   1. PARKING: set the mailbox's receiver_parking flag (message senders read it after their
+//      post, executor_mailbox.hpp; cleared when the executor stops parking); under
+//      sleepers_mutex_ add self to sleepers_, decrement unparked (and searching if it was
+//      searching).
+//   2. re-check: fence, then look at every work source (mailbox, inbox, own and other injector
+//      shards, other executors' local queues and offer boards). If something is there: remove self
 //      from sleepers_ (if a notifier has not already) and go back to the loop.
 //   3. PARKED: wait on the park driver until notified or the next timer deadline.
 //   4. On waking: if still in sleepers_ (timeout or spurious wake), remove self and count as
@@ -38,8 +40,14 @@
 //   4. drain I/O: each worker, leaving its loop, makes its reactor cancel the operations in
 //      flight and reap their final completions (their callbacks may wake tasks: those are
 //      queued, then dropped in step 5);
-//   5. drain: every runnable still in a local queue, an inbox or the injector is dropped exactly
-//      once (runnable::drop);
+//   5. drain, in two parts:
+//      a. mailboxes: each is closed (a later send_message finds it closed and discards its
+//         message itself, on the sending thread); every message still in one is handed to its
+//         deliver function with receiver == nullptr exactly once, then reclaimed into its
+//         sender's pool (foreign messages are freed); returns still queued are reclaimed. The
+//         pools themselves are freed with their executors (with this runtime_core);
+//      b. every runnable still in a local queue, an inbox or the injector is dropped exactly
+//         once (runnable::drop);
 //   6. the task layer then destroys tasks that were suspended (not in any queue).
 #pragma once
 
@@ -175,6 +183,7 @@ class runtime_core final : public scheduler {
   bool leave_sleepers(std::uint32_t index) noexcept;
   bool any_work_visible(std::uint32_t self_index) const noexcept;
   void wake_one_if_idle(std::uint32_t preferred) noexcept;
+  void drain_mailboxes() noexcept;
   void drain_queues() noexcept;
   void finish_shutdown() noexcept;
   void worker_exited() noexcept;

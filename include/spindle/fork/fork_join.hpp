@@ -151,7 +151,8 @@ auto fork_join(Left&& left, Right&& right)
   fork_detail::value_box<right_type> right_value;
 
   fork_detail::fork_thread_state* state = fork_detail::thread_state();
-  if (state->top == state->capacity) [[unlikely]] {
+  fork_detail::latent_frame** const slot = state->top;
+  if (slot == state->limit) [[unlikely]] {
     // Not a worker, or the frame stack is full (a very deep recursion): serially.
     left_value.fill(left);
     right_value.fill(right);
@@ -159,17 +160,18 @@ auto fork_join(Left&& left, Right&& right)
   }
 
   fork_detail::fork_frame<right_function, right_type> frame(right, state->epoch);
-  state->frames[state->top++] = &frame;
+  *slot = &frame;
+  state->top = slot + 1;
   if (--state->countdown <= 0) [[unlikely]] fork_detail::on_countdown(state);
   try {
     left_value.fill(left);
   } catch (...) {
-    --state->top;
+    state->top = slot;
     fork_detail::settle_after_exception(state, frame);
     if (frame.published != nullptr) frame.work().~right_work();
     throw;
   }
-  --state->top;
+  state->top = slot;
 
   if (frame.published == nullptr) [[likely]] {
     right_value.fill(right);

@@ -86,9 +86,12 @@ struct latent_frame {
 };
 
 struct fork_thread_state {
+  // The frame stack: [frames, top) are registered, top == limit means full. All null on a thread
+  // that is not a worker (every fork runs serially). Pointers rather than indices: a fork's
+  // push and pop are then two stores with nothing to compute.
   latent_frame** frames = nullptr;
-  std::uint32_t top = 0;
-  std::uint32_t capacity = 0;  // 0: not a worker, every fork runs serially
+  latent_frame** top = nullptr;
+  latent_frame** limit = nullptr;
   // Ticks (forks, loop elements) left before the next clock check.
   std::int64_t countdown = std::int64_t(1) << 62;
   std::uint64_t epoch = 2;  // epoch 0 frames are eligible at the first heartbeat

@@ -96,12 +96,14 @@ Value loop_reduce(std::size_t first, std::size_t last, const Context& context,
                   std::uint64_t epoch) {
   fork_thread_state* state = thread_state();
   Value accumulator = *context.identity;
-  if (state->top == state->capacity) [[unlikely]] {
+  latent_frame** const slot = state->top;
+  if (slot == state->limit) [[unlikely]] {
     (*context.block)(first, last, accumulator);
     return accumulator;
   }
   loop_frame<Value, Context> frame(first, last, &context, epoch);
-  state->frames[state->top++] = &frame;
+  *slot = &frame;
+  state->top = slot + 1;
   try {
     while (frame.next < frame.end) {
       const std::size_t begin = frame.next;
@@ -123,12 +125,12 @@ Value loop_reduce(std::size_t first, std::size_t last, const Context& context,
       }
     }
   } catch (...) {
-    --state->top;
+    state->top = slot;
     settle_after_exception(state, frame);
     if (frame.published != nullptr) frame.work().~loop_work();
     throw;
   }
-  --state->top;
+  state->top = slot;
   if (frame.published == nullptr) [[likely]] return accumulator;
 
   auto& work = frame.work();

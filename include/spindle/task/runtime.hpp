@@ -20,7 +20,9 @@
 // they reference, as usual.
 #pragma once
 
+#include <atomic>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -44,6 +46,31 @@ struct runtime_state {
   explicit runtime_state(std::uint32_t executors) : tasks(executors) {}
   // Shutdown step 5: abandons every task still in the table.
   void abandon_all() noexcept;
+
+  // A layer built on tasks (the actor system) keeps its per-runtime state here: created on
+  // first use, shut down right after the tasks were abandoned, destroyed with this state.
+  struct extension {
+    virtual ~extension() = default;
+    virtual void on_runtime_stopped() noexcept = 0;
+  };
+  // Returns the extension in `slot`, creating it with `make` on first use (thread-safe).
+  template <class Make>
+  extension& extension_at(std::size_t slot, Make&& make) {
+    // acquire: pairs with the release store below (the object is fully built).
+    if (extension* e = extension_pointers[slot].load(std::memory_order_acquire)) return *e;
+    std::lock_guard guard(extension_mutex);
+    if (!extensions[slot]) {
+      extensions[slot] = make();
+      extension_pointers[slot].store(extensions[slot].get(), std::memory_order_release);
+    }
+    return *extensions[slot];
+  }
+  void stop_extensions() noexcept;
+  static constexpr std::size_t actor_extension = 0;
+  static constexpr std::size_t extension_slots = 2;
+  std::mutex extension_mutex;
+  std::unique_ptr<extension> extensions[extension_slots];  // guarded by extension_mutex
+  std::atomic<extension*> extension_pointers[extension_slots] = {};
 };
 
 // Index of the calling worker if it belongs to `core`'s runtime, else -1.

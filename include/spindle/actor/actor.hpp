@@ -1,0 +1,460 @@
+// Actors (A1-A8): typed mailboxes, references, ask, links and monitors.
+//
+//   struct counter {
+//     using message_type = std::variant<add, get>;
+//     int total = 0;
+//     void receive(message_type& m, spindle::actor_context<message_type>& ctx) { ... }
+//     // optional: on_start(ctx), on_stop(const exit_reason&), on_down(down_message, ctx),
+//     //           on_exit(exit_message, ctx) (having it means the actor traps exit signals)
+//   };
+//   auto ref = spindle::spawn_actor<counter>(rt);                  // any thread
+//   ref.send(add{5});                                              // never blocks
+//   int n = co_await ref.ask<int>([](spindle::reply_to<int> r) { return get{std::move(r)}; });
+//   auto echo = spindle::spawn_actor<int>(rt, [](int& v, spindle::actor_context<int>&) { ... });
+//
+// A handler runs on the actor's home executor, one message at a time, never concurrently with
+// itself. Handling a message costs one reduction, plus what the handler charges (ctx.charge);
+// an actor runs at most a quantum of reductions per turn of its executor's wheel
+// (actor_scheduler.hpp). An exception escaping a handler crashes the actor (exit_kind::crashed):
+// its watchers are told (links, monitors; a supervisor is a watcher).
+//
+// Placement: spawned from a worker of the runtime, an actor starts on that worker's executor
+// (messages between actors that spawned each other stay local); from any other thread, on the
+// less loaded of two random executors; spawn_options::executor picks one. Actors move between
+// executors when that balances load (A5), unless pinned or waiting for I/O (io_guard).
+//
+// Bounded mailboxes (A8): spawn_options::mailbox_capacity > 0 bounds the user messages queued
+// and not yet taken; send() on a full mailbox returns send_result::mailbox_full and drops the
+// message (the sender keeps its executor; retrying later, or backing off, is its choice).
+// Notifications and stop/kill requests are never refused.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <new>
+#include <optional>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+
+#include "spindle/actor/actor_cell.hpp"
+#include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/core/errors.hpp"
+#include "spindle/core/frame_allocator.hpp"
+#include "spindle/sync/oneshot.hpp"
+#include "spindle/task/runtime.hpp"
+#include "spindle/task/task.hpp"
+
+namespace spindle {
+
+struct down_message {
+  actor_id source;
+  std::uint64_t monitor_id;
+  exit_reason reason;
+};
+struct exit_message {
+  actor_id source;
+  exit_reason reason;
+};
+
+struct spawn_options {
+  std::optional<std::uint32_t> executor;  // home executor; see "Placement" above
+  bool pinned = false;                    // never migrated
+  std::uint32_t mailbox_capacity = 0;     // 0: unbounded
+  std::uint32_t quantum = 0;              // reductions per turn; 0: the system's default
+};
+
+template <class M>
+class actor_ref;
+
+// An untyped reference to an actor: identity, state, stop/kill, links and monitors.
+class actor_handle {
+ public:
+  actor_handle() noexcept = default;
+  actor_handle(const actor_handle& other) noexcept : cell_(other.cell_) {
+    if (cell_ != nullptr) cell_->add_reference();
+  }
+  actor_handle(actor_handle&& other) noexcept : cell_(std::exchange(other.cell_, nullptr)) {}
+  actor_handle& operator=(actor_handle other) noexcept {
+    std::swap(cell_, other.cell_);
+    return *this;
+  }
+  ~actor_handle() {
+    if (cell_ != nullptr) cell_->release();
+  }
+
+  explicit operator bool() const noexcept { return cell_ != nullptr; }
+  actor_id id() const noexcept { return cell_->id; }
+  // A2: Receiving / Runnable / Running / Halted, as of now.
+  actor_state state() const noexcept {
+    return cell_->state.load(std::memory_order_acquire);  // acquire: a snapshot for observers
+  }
+  // The executor the actor lives on now (it may migrate).
+  std::uint32_t home_executor() const noexcept {
+    return cell_->home.load(std::memory_order_relaxed);  // relaxed: a snapshot
+  }
+  // Asks the actor to halt after the messages already queued (exit reason `reason`).
+  void stop(exit_kind reason = exit_kind::normal) const {
+    actor_detail::push_system_message(
+        *cell_, new actor_detail::notification_envelope(actor_detail::envelope_kind::stop, 0, 0,
+                                                        exit_reason{reason, {}}));
+  }
+  // Halts the actor at its next run, whatever is queued (untrappable).
+  void kill() const {
+    actor_detail::push_system_message(
+        *cell_, new actor_detail::notification_envelope(actor_detail::envelope_kind::kill, 0, 0,
+                                                        exit_reason{exit_kind::killed, {}}));
+  }
+  friend bool operator==(const actor_handle& a, const actor_handle& b) noexcept {
+    return a.cell_ == b.cell_;
+  }
+
+  // The typed reference to this actor, if its message type is M (usage_error otherwise): for
+  // handles that come untyped, e.g. from a supervisor.
+  template <class M>
+  actor_ref<M> as() const;
+
+  actor_detail::actor_cell* cell() const noexcept { return cell_; }
+  // Takes over one reference to `cell`.
+  static actor_handle adopt(actor_detail::actor_cell* cell) noexcept {
+    actor_handle h;
+    h.cell_ = cell;
+    return h;
+  }
+
+ protected:
+  actor_detail::actor_cell* cell_ = nullptr;
+};
+
+template <class R>
+class reply_to {
+ public:
+  explicit reply_to(oneshot_sender<R> sender) noexcept : sender_(std::move(sender)) {}
+  void send(R value) { sender_.send(std::move(value)); }
+  void operator()(R value) { send(std::move(value)); }
+
+ private:
+  oneshot_sender<R> sender_;
+};
+
+// Raised by ask() when the actor refused the question (halted, or its mailbox was full).
+class actor_unavailable : public std::runtime_error {
+ public:
+  explicit actor_unavailable(send_result why)
+      : std::runtime_error(why == send_result::halted ? "spindle: the actor has halted"
+                                                      : "spindle: the actor's mailbox is full"),
+        reason(why) {}
+  send_result reason;
+};
+
+namespace actor_detail {
+
+template <class M>
+struct user_envelope final : envelope {
+  template <class... A>
+  explicit user_envelope(A&&... args)
+      : envelope(&user_envelope::destroy_self, envelope_kind::user), message(std::forward<A>(args)...) {}
+  static void destroy_self(envelope* e) noexcept {
+    auto* self = static_cast<user_envelope*>(e);
+    self->~user_envelope();
+    core::deallocate_frame(self);
+  }
+  M message;
+};
+
+template <class M, class... A>
+envelope* make_user_envelope(A&&... args) {
+  void* memory = core::allocate_frame(sizeof(user_envelope<M>));
+  try {
+    return ::new (memory) user_envelope<M>(std::forward<A>(args)...);
+  } catch (...) {
+    core::deallocate_frame(memory);
+    throw;
+  }
+}
+
+struct start_envelope final : envelope {
+  start_envelope() noexcept : envelope(&start_envelope::destroy_self, envelope_kind::start) {}
+  static void destroy_self(envelope* e) noexcept { delete static_cast<start_envelope*>(e); }
+};
+
+}  // namespace actor_detail
+
+// A typed reference: what send and ask accept is M.
+template <class M>
+class actor_ref : public actor_handle {
+ public:
+  using message_type = M;
+  actor_ref() noexcept = default;
+  static actor_ref adopt(actor_detail::actor_cell* cell) noexcept {
+    actor_ref r;
+    r.cell_ = cell;
+    return r;
+  }
+
+  // Queues the message; never blocks. See send_result.
+  send_result send(M message) const {
+    return actor_detail::push_message(
+        *cell_, actor_detail::make_user_envelope<M>(std::move(message)));
+  }
+  template <class... A>
+    requires std::constructible_from<M, A...>
+  send_result emplace(A&&... args) const {
+    return actor_detail::push_message(*cell_,
+                                      actor_detail::make_user_envelope<M>(std::forward<A>(args)...));
+  }
+
+  // Request/response: `make_message(reply_to<R>)` builds the question; the task completes
+  // with the reply. Throws actor_unavailable if it could not be queued, and channel_closed if
+  // the actor dropped the reply_to without answering (it halted, or ignored it).
+  template <class R, class F>
+    requires std::invocable<F&, reply_to<R>>
+  task<R> ask(F make_message) const {
+    auto [sender, receiver] = oneshot<R>();
+    const send_result sent = send(M(make_message(reply_to<R>(std::move(sender)))));
+    if (sent != send_result::queued) throw actor_unavailable(sent);
+    co_return co_await std::move(receiver);
+  }
+};
+
+template <class M>
+actor_ref<M> actor_handle::as() const {
+  if (cell_ == nullptr) return actor_ref<M>{};
+  if (*cell_->vtable->message_type != typeid(M)) {
+    throw usage_error("spindle: actor_handle::as<M>() with the wrong message type");
+  }
+  cell_->add_reference();
+  return actor_ref<M>::adopt(cell_);
+}
+
+class actor_system;
+
+// What a handler sees of its actor.
+template <class M>
+class actor_context {
+ public:
+  explicit actor_context(actor_detail::actor_cell& cell) noexcept : cell_(cell) {}
+  actor_ref<M> self() const noexcept {
+    cell_.add_reference();
+    return actor_ref<M>::adopt(&cell_);
+  }
+  actor_id id() const noexcept { return cell_.id; }
+  // Charges reductions beyond the one the message costs (A3).
+  void charge(std::uint32_t reductions) noexcept { cell_.extra_charge += reductions; }
+  std::int32_t reductions_left() const noexcept { return cell_.reductions_left; }
+  // Halts normally once this handler returns.
+  void stop(exit_kind reason = exit_kind::normal) noexcept {
+    cell_.stop_requested = true;
+    cell_.pending_exit = exit_reason{reason, {}};
+  }
+  std::uint32_t executor_index() const noexcept {
+    return cell_.home.load(std::memory_order_relaxed);  // relaxed: the owner's own field
+  }
+  // Links (A7): if either actor halts abnormally, the other is told (on_exit) or halts too.
+  void link(const actor_handle& other) { actor_detail::add_watch(*other.cell(), cell_, 0); }
+  void unlink(const actor_handle& other) noexcept {
+    actor_detail::remove_watch(*other.cell(), cell_, 0);
+  }
+  // Monitors: this actor gets a down_message (on_down) when `other` halts. Returns its id.
+  std::uint64_t monitor(const actor_handle& other) {
+    const std::uint64_t id = cell_.system->next_id();
+    actor_detail::add_watch(*other.cell(), cell_, id);
+    return id;
+  }
+  void demonitor(const actor_handle& other, std::uint64_t monitor_id) noexcept {
+    actor_detail::remove_watch(*other.cell(), cell_, monitor_id);
+  }
+  // While an io_guard lives, the actor is never migrated (its I/O completes on this executor).
+  class io_guard {
+   public:
+    explicit io_guard(actor_detail::actor_cell& cell) noexcept : cell_(&cell) {
+      cell_->io_in_flight.fetch_add(1, std::memory_order_relaxed);  // relaxed: owner-read hint
+    }
+    io_guard(io_guard&& other) noexcept : cell_(std::exchange(other.cell_, nullptr)) {}
+    io_guard(const io_guard&) = delete;
+    ~io_guard() {
+      if (cell_ != nullptr) cell_->io_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    }
+
+   private:
+    actor_detail::actor_cell* cell_;
+  };
+  io_guard begin_io() noexcept { return io_guard(cell_); }
+  actor_system& system() const noexcept { return *cell_.system; }
+
+ private:
+  actor_detail::actor_cell& cell_;
+};
+
+template <class B>
+concept actor_behaviour = requires { typename B::message_type; };
+
+namespace actor_detail {
+
+template <class B>
+struct typed_cell final : actor_cell {
+  using message_type = typename B::message_type;
+  using context_type = actor_context<message_type>;
+
+  template <class... A>
+  typed_cell(actor_system& system, actor_id id, std::uint32_t home, const spawn_options& options,
+             std::uint32_t quantum, A&&... args)
+      : actor_cell(system, vtable, id, home, options.mailbox_capacity, quantum, options.pinned) {
+    ::new (static_cast<void*>(storage)) B(std::forward<A>(args)...);
+  }
+  B& behaviour() noexcept { return *std::launder(reinterpret_cast<B*>(storage)); }
+
+  static void handle(actor_cell& base, envelope& message) {
+    auto& self = static_cast<typed_cell&>(base);
+    B& b = self.behaviour();
+    context_type context(base);
+    switch (message.kind) {
+      case envelope_kind::user: {
+        // The handler may take the message by value, rvalue, const or non-const reference.
+        auto& m = static_cast<user_envelope<message_type>&>(message).message;
+        if constexpr (requires { b.receive(std::move(m), context); }) {
+          b.receive(std::move(m), context);
+        } else if constexpr (requires { b.receive(m, context); }) {
+          b.receive(m, context);
+        } else if constexpr (requires { b.receive(std::move(m)); }) {
+          b.receive(std::move(m));
+        } else {
+          b.receive(m);
+        }
+        break;
+      }
+      case envelope_kind::start:
+        if constexpr (requires { b.on_start(context); }) b.on_start(context);
+        break;
+      case envelope_kind::down:
+        if constexpr (requires(down_message d) { b.on_down(d, context); }) {
+          auto& note = static_cast<notification_envelope&>(message);
+          down_message d{note.source, note.monitor_id, note.reason};
+          b.on_down(d, context);
+        }
+        break;
+      case envelope_kind::exit:
+        if constexpr (requires(exit_message x) { b.on_exit(x, context); }) {
+          auto& note = static_cast<notification_envelope&>(message);
+          exit_message x{note.source, note.reason};
+          b.on_exit(x, context);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  static void destroy_behaviour(actor_cell& base, const exit_reason& reason) noexcept {
+    B& b = static_cast<typed_cell&>(base).behaviour();
+    if constexpr (requires { b.on_stop(reason); }) {
+      try {
+        b.on_stop(reason);
+      } catch (...) {
+        // A crash while stopping changes nothing: the actor is halting already.
+      }
+    }
+    b.~B();
+  }
+  static void free_cell(actor_cell& base) noexcept {
+    auto* self = static_cast<typed_cell*>(&base);
+    self->~typed_cell();
+    core::deallocate_frame(self);
+    count_cell(-1);
+  }
+  static constexpr actor_vtable vtable{&typed_cell::handle, &typed_cell::destroy_behaviour,
+                                       &typed_cell::free_cell,
+                                       requires(B& b, exit_message& x, context_type& c) {
+                                         b.on_exit(x, c);
+                                       },
+                                       &typeid(message_type)};
+
+  alignas(B) unsigned char storage[sizeof(B)];
+};
+
+// The behaviour of a function actor: spawn_actor<M>(rt, function).
+template <class M, class F>
+struct function_behaviour {
+  using message_type = M;
+  F function;
+  void receive(M& message, actor_context<M>& context) {
+    if constexpr (std::invocable<F&, M&, actor_context<M>&>) {
+      function(message, context);
+    } else {
+      function(message);
+    }
+  }
+};
+
+std::uint32_t pick_home(actor_system& system, const spawn_options& options);
+
+template <class B, class... A>
+actor_ref<typename B::message_type> spawn_in(actor_system& system, const spawn_options& options,
+                                             A&&... args) {
+  if (system.stopping()) throw runtime_stopped();
+  const std::uint32_t home = pick_home(system, options);
+  const std::uint32_t quantum = options.quantum != 0 ? options.quantum : system.options().quantum;
+  void* memory = core::allocate_frame(sizeof(typed_cell<B>));
+  typed_cell<B>* cell;
+  try {
+    cell = ::new (memory)
+        typed_cell<B>(system, system.next_id(), home, options, quantum, std::forward<A>(args)...);
+  } catch (...) {
+    core::deallocate_frame(memory);
+    throw;
+  }
+  count_cell(+1);
+  cell->add_reference();  // the returned ref's; the system holds the first
+  adopt_mode mode = adopt_mode::idle;
+  if constexpr (requires(B& b, actor_context<typename B::message_type>& c) { b.on_start(c); }) {
+    // Queued before anyone can see the actor: it starts Runnable, no wake needed.
+    cell->mailbox.store(new start_envelope(), std::memory_order_relaxed);  // relaxed: unpublished
+    cell->state.store(actor_state::runnable, std::memory_order_relaxed);
+    cell->where = placement::woken;
+    mode = adopt_mode::spawned_runnable;
+  }
+  system.send_adopt(cell, home, mode);
+  return actor_ref<typename B::message_type>::adopt(cell);
+}
+
+}  // namespace actor_detail
+
+// The actor system of `rt` (created on first use).
+actor_system& actors_of(runtime& rt);
+
+template <actor_behaviour B, class... A>
+actor_ref<typename B::message_type> spawn_actor(runtime& rt, const spawn_options& options,
+                                                A&&... args) {
+  return actor_detail::spawn_in<B>(actors_of(rt), options, std::forward<A>(args)...);
+}
+namespace actor_detail {
+template <class... A>
+inline constexpr bool starts_with_options = false;
+template <class First, class... Rest>
+inline constexpr bool starts_with_options<First, Rest...> =
+    std::same_as<std::remove_cvref_t<First>, spawn_options>;
+}  // namespace actor_detail
+
+template <actor_behaviour B, class... A>
+  requires(!actor_detail::starts_with_options<A...>)
+actor_ref<typename B::message_type> spawn_actor(runtime& rt, A&&... args) {
+  return actor_detail::spawn_in<B>(actors_of(rt), spawn_options{}, std::forward<A>(args)...);
+}
+// From a worker of a runtime (a handler, a task): spawns on the calling executor.
+template <actor_behaviour B, class... A>
+actor_ref<typename B::message_type> spawn_actor_here(const spawn_options& options, A&&... args) {
+  actor_system* system = current_actor_system();
+  if (system == nullptr) throw usage_error("spindle: spawn_actor_here outside a runtime worker");
+  return actor_detail::spawn_in<B>(*system, options, std::forward<A>(args)...);
+}
+// Function actors: the message type and a callable (M&, actor_context<M>&) or (M&).
+template <class M, class F>
+  requires(!actor_behaviour<M>) &&
+          (std::invocable<std::decay_t<F>&, M&, actor_context<M>&> || std::invocable<std::decay_t<F>&, M&>)
+actor_ref<M> spawn_actor(runtime& rt, F&& function, const spawn_options& options = {}) {
+  using behaviour = actor_detail::function_behaviour<M, std::decay_t<F>>;
+  return actor_detail::spawn_in<behaviour>(actors_of(rt), options,
+                                           behaviour{std::forward<F>(function)});
+}
+
+}  // namespace spindle

@@ -1,0 +1,197 @@
+// The type-erased actor: mailbox, scheduling state, references, links and monitors (A1, A2, A7,
+// A8). The typed API is actor.hpp; the per-executor scheduling wheel is actor_scheduler.hpp;
+// docs/design/actors.md has the whole design.
+//
+// Who takes part:
+//   - senders (any thread): push envelopes onto `mailbox`; the sender that finds the actor
+//     Receiving moves it to Runnable and routes one wake to its home executor;
+//   - the *owner*: the scheduler of the actor's home executor. Only it takes the mailbox, runs
+//     the behaviour, places the actor in its wheel, migrates it and halts it;
+//   - watchers (linked and monitoring actors), registered in `links` under its lock.
+//
+// States (A2), the atomic `state`:
+//   Receiving --sender's CAS (wins the wake)----------------> Runnable
+//   Runnable  --owner takes it from a wheel queue-----------> Running
+//   Running   --owner: messages left, or quantum used-------> Runnable (stays in the wheel)
+//   Running   --owner: mailbox empty (store, then re-check)-> Receiving
+//   Running   --owner: stop, crash, exit signal-------------> Halted (terminal)
+//   any       --shutdown (no worker runs any more)----------> Halted
+// Invariant W (one wake): an actor sits in at most one scheduler queue or wake message at a
+// time. Only whoever moves it out of Receiving schedules it: a sender's CAS, or the owner's own
+// CAS when its re-check after going Receiving finds a message.
+// Invariant X (exactly once): an envelope pushed onto the mailbox is handled and destroyed by
+// the owner, or destroyed by the owner when the actor halts (it closes the mailbox first by
+// swapping in `closed_mailbox`); a sender that finds the mailbox closed destroys its envelope
+// itself and reports `send_result::halted`. Nothing is handled twice, nothing leaks.
+//
+// Memory orders: a push is a CAS with release (publishes the envelope); the owner's take is an
+// exchange with acquire. Going Receiving is a seq_cst store followed by a seq_cst load of the
+// mailbox; a sender's push is followed by a seq_cst load of the state (CAS seq_cst): Dekker, so
+// either the owner's re-check sees the envelope or the sender sees Receiving and wakes it.
+//
+// Lifetime: `references` counts actor refs plus one held by the actor system from spawn until
+// the actor halted and left its home executor's lists. The behaviour object is destroyed when
+// the actor halts; the cell's memory when the last reference goes.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+namespace spindle {
+
+class actor_system;
+
+// Scheduling states, observable through actor_ref::state() (A2).
+enum class actor_state : std::uint8_t { receiving, runnable, running, halted };
+const char* to_string(actor_state state) noexcept;
+
+// Why an actor halted (A7).
+enum class exit_kind : std::uint8_t {
+  normal,    // its behaviour called stop(), or a stop request was handled
+  crashed,   // an exception escaped a handler (the exception is in `error`)
+  killed,    // kill(): halted at its next turn, whatever it was doing
+  shutdown,  // halted by its supervisor, or by the runtime shutting down
+  linked,    // a linked actor halted abnormally and this one does not trap exits
+  no_actor,  // (notifications only) linked to or monitored an actor that had already halted
+};
+const char* to_string(exit_kind kind) noexcept;
+
+struct exit_reason {
+  exit_kind kind = exit_kind::normal;
+  std::exception_ptr error;  // set for crashed (and linked, when the origin crashed)
+  bool is_abnormal() const noexcept { return kind != exit_kind::normal && kind != exit_kind::no_actor; }
+  std::string describe() const;  // "crashed: <what()>", "normal", ...
+};
+
+// What send() did (A8).
+enum class send_result : std::uint8_t {
+  queued,        // in the mailbox; the actor will handle it
+  mailbox_full,  // bounded mailbox at capacity; the message was not queued
+  halted,        // the actor has halted; the message was dropped
+};
+
+using actor_id = std::uint64_t;
+
+namespace actor_detail {
+
+struct actor_cell;
+
+// One queued message. Typed envelopes (actor.hpp) derive from it.
+enum class envelope_kind : std::uint8_t { user, start, stop, kill, down, exit };
+struct envelope {
+  envelope* next = nullptr;
+  void (*destroy)(envelope*) noexcept;  // destroys and frees the envelope
+  envelope_kind kind;
+  explicit envelope(void (*destroyer)(envelope*) noexcept, envelope_kind k) noexcept
+      : destroy(destroyer), kind(k) {}
+};
+
+// A down or exit notification about `source` (A7).
+struct notification_envelope final : envelope {
+  notification_envelope(envelope_kind k, actor_id who, std::uint64_t monitor, exit_reason why);
+  static void destroy_self(envelope* e) noexcept;
+  actor_id source;
+  std::uint64_t monitor_id;  // 0 for exit signals
+  exit_reason reason;
+};
+
+// Type-erased entry points of a behaviour (actor.hpp fills one per behaviour type).
+struct actor_vtable {
+  // Handles one envelope (user message or notification). May throw: a crash.
+  void (*handle)(actor_cell& cell, envelope& message);
+  // Destroys the behaviour object (it halted); `reason` is passed to its on_stop, if any.
+  void (*destroy_behaviour)(actor_cell& cell, const exit_reason& reason) noexcept;
+  // Frees the cell's memory (the last reference went).
+  void (*free_cell)(actor_cell& cell) noexcept;
+  bool traps_exits;  // the behaviour has on_exit: exit signals are delivered, not fatal
+  const std::type_info* message_type;  // for actor_handle::as<M>()
+};
+
+// Where the owner keeps the actor (owner-only).
+enum class placement : std::uint8_t {
+  idle,       // Receiving, in no queue
+  woken,      // in the scheduler's woken queue (was idle, got a message)
+  runnable,   // in a segment's runnable queue, or the batch being run
+  timed_out,  // in a segment's idle timed-out set
+  migrating,  // in an adopt message on its way to another executor
+  halted,
+};
+
+struct watch_entry {
+  actor_cell* watcher;   // holds a reference
+  std::uint64_t monitor_id;  // 0: a link
+};
+
+// Links and monitors of one actor; allocated on first use. `closed` once the actor halted:
+// later link/monitor calls get a no_actor notification instead.
+struct actor_links {
+  std::mutex lock;
+  std::vector<watch_entry> watchers;  // who is told when this actor halts
+  bool closed = false;
+};
+
+inline envelope* const closed_mailbox = reinterpret_cast<envelope*>(std::uintptr_t(1));
+
+struct actor_cell {
+  actor_cell(actor_system& owner_system, const actor_vtable& table, actor_id identity,
+             std::uint32_t home_executor, std::uint32_t mailbox_capacity, std::uint32_t quantum,
+             bool is_pinned) noexcept;
+
+  // --- shared: any thread -------------------------------------------------------------------
+  const actor_vtable* vtable;
+  actor_system* system;
+  actor_id id;
+  std::atomic<std::uint32_t> references{1};  // the system's
+  std::atomic<actor_state> state{actor_state::receiving};
+  std::atomic<std::uint32_t> home;               // executor index; written by the owner
+  std::atomic<envelope*> mailbox{nullptr};       // Treiber stack, newest first
+  std::atomic<std::uint32_t> queued{0};          // bounded mailboxes only: messages not taken
+  const std::uint32_t capacity;                  // 0: unbounded
+  std::atomic<std::uint32_t> io_in_flight{0};    // > 0: never migrated (A5)
+  std::atomic<actor_links*> links{nullptr};
+  const bool pinned;
+
+  // --- owner-only: the home executor's scheduler ------------------------------------------
+  envelope* private_head = nullptr;  // taken from the mailbox, oldest first
+  envelope* private_tail = nullptr;
+  actor_cell* queue_next = nullptr;  // link in one wheel queue (FIFO)
+  actor_cell* homed_previous = nullptr;  // links in the home scheduler's list of its actors
+  actor_cell* homed_next = nullptr;
+  std::int32_t reductions_left;
+  std::int32_t reductions_at_start = 0;  // at the start of the current run
+  const std::uint32_t quantum;
+  std::uint32_t runs_since_migration = 0;
+  placement where = placement::idle;
+  bool homed = false;            // in its home scheduler's list of actors
+  bool ever_homed = false;       // some scheduler homed it once (stale spawn adopts are ignored)
+  bool woken_in_place = false;   // timed out, and woken since (counted in the wheel's load)
+  bool stop_requested = false;   // handled after the current message
+  exit_reason pending_exit;      // why it halts, when stop_requested
+  // Charged by the running handler beyond the one reduction per message (actor_context).
+  std::uint32_t extra_charge = 0;
+
+  void add_reference() noexcept {
+    references.fetch_add(1, std::memory_order_relaxed);  // relaxed: the caller already holds one
+  }
+  void release() noexcept;
+};
+
+// Process-wide count of live cells (tests check for leaks); called by the typed layer.
+void count_cell(int delta) noexcept;
+
+// Pushes `message` (ownership passes) and wakes the actor if it was Receiving.
+send_result push_message(actor_cell& cell, envelope* message) noexcept;
+// Pushes a notification or control envelope, bypassing the capacity of bounded mailboxes.
+void push_system_message(actor_cell& cell, envelope* message) noexcept;
+// Registers `watcher` to be told when `target` halts; if it already has, the watcher gets the
+// notification (reason no_actor) at once. monitor_id 0 means a link (both directions).
+void add_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor_id);
+void remove_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor_id) noexcept;
+
+}  // namespace actor_detail
+}  // namespace spindle

@@ -1,0 +1,6 @@
+// The actor module: actors, their scheduling wheel, supervisors.
+#pragma once
+
+#include "spindle/actor/actor.hpp"
+#include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/actor/supervisor.hpp"

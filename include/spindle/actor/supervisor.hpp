@@ -1,0 +1,106 @@
+// Supervisors (A6): an actor that starts children in dependency order, watches them, and
+// restarts them after crashes following a pattern and a limit; beyond the limit it stops them
+// all and escalates (it crashes, so its own supervisor sees it). The decisions come from
+// supervision_plan (pure logic, supervision_plan.hpp); this file carries them out with actors.
+//
+//   spindle::supervisor_spec spec;
+//   spec.pattern = spindle::restart_pattern::downstream;
+//   spec.limit = spindle::restart_limit::at_most(3, std::chrono::seconds(5));
+//   spec.children.push_back({.name = "db", .start = [&](const spindle::spawn_options& o) {
+//                              return spindle::actor_handle(spindle::spawn_actor<db>(rt, o)); }});
+//   spec.children.push_back({.name = "cache", .depends_on = {"db"}, .start = ...});
+//   auto sup = spindle::spawn_supervisor(rt, std::move(spec));   // usage_error on a cycle
+//
+// How it carries out a decision: the actions run one after the other, asynchronously. A stop
+// sends the child a stop request (exit kind shutdown) and waits for its down notification
+// before the next action, so dependents are gone before what they depend on is stopped, and a
+// restarted child starts only after everything it depends on has started. Child exits that
+// arrive while actions are pending are queued and decided afterwards, in arrival order. A child
+// whose factory throws counts as a crash of that child.
+//
+// Placement per child: any executor, one executor (the child is pinned there), a NUMA group,
+// or a core kind (big/little). Groups and kinds are validated against the machine (sysfs) when
+// the supervisor is configured; until executors are bound to cores (topology, foundation issue
+// C4) a child placed by group or kind may run on any executor.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "spindle/actor/actor.hpp"
+#include "spindle/actor/supervision_plan.hpp"
+
+namespace spindle {
+
+struct child_placement {
+  enum class kind : std::uint8_t { any, executor, numa_group, core_kind };
+  enum class core_kind_value : std::uint32_t { big = 0, little = 1 };
+  kind where = kind::any;
+  std::uint32_t value = 0;
+
+  static child_placement any_executor() noexcept { return {}; }
+  static child_placement pinned_to(std::uint32_t executor) noexcept {
+    return {kind::executor, executor};
+  }
+  static child_placement in_numa_group(std::uint32_t group) noexcept {
+    return {kind::numa_group, group};
+  }
+  static child_placement on_core_kind(core_kind_value k) noexcept {
+    return {kind::core_kind, std::uint32_t(k)};
+  }
+};
+
+struct supervised_child {
+  std::string name;
+  restart_type restart = restart_type::always;
+  std::vector<std::string> depends_on;  // names of children that must be started first
+  child_placement placement;
+  // Spawns the child with these options (placement resolved) and returns its handle.
+  std::function<actor_handle(const spawn_options&)> start;
+};
+
+struct supervisor_spec {
+  std::vector<supervised_child> children;
+  restart_pattern pattern = restart_pattern::one;
+  restart_limit limit = restart_limit::at_most(3, std::chrono::seconds(5));
+};
+
+// What a supervisor answers: the current handle of a child by name (empty while it is not
+// running, or for an unknown name).
+struct supervisor_query {
+  std::string child;
+  reply_to<actor_handle> reply;
+};
+// What a supervisor sends itself when a child's factory failed: that child's crash, decided in a
+// later turn (so a factory that always fails cannot hold its executor).
+struct supervisor_child_start_failed {
+  std::size_t child;
+};
+using supervisor_message = std::variant<supervisor_query, supervisor_child_start_failed>;
+using supervisor_ref = actor_ref<supervisor_message>;
+
+// The exception a supervisor crashes with when it gives up (its supervisor sees it).
+class supervisor_escalation : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Validates `spec` (usage_error for unknown or cyclic dependencies, duplicate names, a missing
+// factory, a placement the machine cannot honour) before anything is spawned; then spawns the
+// supervisor, which starts the children in dependency order.
+supervisor_ref spawn_supervisor(runtime& rt, supervisor_spec spec,
+                                const spawn_options& options = {});
+// The same from a worker (a handler or a task): the supervisor lives on the calling executor.
+// Nested supervision: a child's factory may call this.
+supervisor_ref spawn_supervisor_here(supervisor_spec spec, const spawn_options& options = {});
+
+// Machine facts placement is checked against (sysfs; one group and one kind when unknown).
+std::uint32_t numa_group_count() noexcept;
+bool has_core_kind(child_placement::core_kind_value kind) noexcept;
+
+}  // namespace spindle

@@ -1,0 +1,532 @@
+// The scheduling wheel, migration and halting (actor_scheduler.hpp has the design; the actor
+// states and invariants W and X are in actor_cell.hpp).
+#include "spindle/actor/actor_scheduler.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "spindle/core/clock.hpp"
+#include "spindle/core/executor.hpp"
+#include "spindle/core/executor_mailbox.hpp"
+#include "spindle/core/runtime_core.hpp"
+
+namespace spindle {
+
+using actor_detail::actor_cell;
+using actor_detail::envelope;
+using actor_detail::envelope_kind;
+using actor_detail::placement;
+using actor_detail::adopt_mode;
+
+namespace {
+
+std::atomic<std::uint64_t> live_cell_count{0};
+
+// Kinds of the executor messages the actor layer sends (executor_message::kind).
+constexpr std::uint32_t wake_message = 1;
+constexpr std::uint32_t adopt_message = 2;
+
+}  // namespace
+
+// --- actor_scheduler ---------------------------------------------------------------------------
+
+const core::runnable_vtable actor_scheduler::turn_vtable{&actor_scheduler::run_turn,
+                                                         &actor_scheduler::drop_turn};
+
+actor_scheduler::actor_scheduler(actor_system& system, std::uint32_t executor_index)
+    : system_(system),
+      index_(executor_index),
+      turn_runnable_(this),
+      random_state_(0x2545f491u * (executor_index + 1)) {}
+
+actor_scheduler::~actor_scheduler() = default;
+
+void actor_scheduler::run_turn(core::runnable* self) noexcept {
+  static_cast<turn_type*>(self)->owner->turn();
+}
+
+void actor_scheduler::drop_turn(core::runnable* self) noexcept {
+  static_cast<turn_type*>(self)->owner->turn_queued_ = false;  // shutdown halts the actors
+}
+
+void actor_scheduler::ensure_turn_queued() noexcept {
+  if (turn_queued_) return;
+  turn_queued_ = true;
+  system_.core().schedule_on(index_, &turn_runnable_);
+}
+
+void actor_scheduler::change_load(std::int32_t delta) noexcept {
+  waiting_ = std::uint32_t(std::int32_t(waiting_) + delta);
+  load_.store(waiting_, std::memory_order_relaxed);  // relaxed: a sample for other executors
+}
+
+void actor_scheduler::add_homed(actor_cell* cell) noexcept {
+  cell->homed = true;
+  // Written once, by the first executor that homes it (later ones read true: no race).
+  if (!cell->ever_homed) cell->ever_homed = true;
+  cell->homed_previous = nullptr;
+  cell->homed_next = homed_head_;
+  if (homed_head_ != nullptr) homed_head_->homed_previous = cell;
+  homed_head_ = cell;
+  stats_.live_actors.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+}
+
+void actor_scheduler::remove_homed(actor_cell* cell) noexcept {
+  // Not yet in the list: spawned elsewhere, woken and halted here before its adopt message came.
+  if (!cell->homed) return;
+  cell->homed = false;
+  if (cell->homed_previous != nullptr) {
+    cell->homed_previous->homed_next = cell->homed_next;
+  } else {
+    homed_head_ = cell->homed_next;
+  }
+  if (cell->homed_next != nullptr) cell->homed_next->homed_previous = cell->homed_previous;
+  cell->homed_previous = cell->homed_next = nullptr;
+  stats_.live_actors.fetch_sub(1, std::memory_order_relaxed);  // relaxed: statistics
+}
+
+void actor_scheduler::wake(actor_cell* cell) noexcept {
+  if (!cell->ever_homed) add_homed(cell);  // spawned elsewhere; its adopt message is still on its way
+  switch (cell->where) {
+    case placement::idle:
+      if (maybe_migrate(cell, /*woken=*/true)) return;
+      cell->where = placement::woken;
+      woken_.push_back(cell);
+      change_load(+1);
+      ensure_turn_queued();
+      return;
+    case placement::timed_out:
+      // Stays in its timed-out set: it runs when the wheel turns to that segment, with the
+      // reductions it kept. Counted as waiting so the wheel keeps turning until then.
+      if (!cell->woken_in_place) {
+        cell->woken_in_place = true;
+        change_load(+1);
+        ensure_turn_queued();
+      }
+      return;
+    default:
+      return;  // cannot happen (invariant W); ignore rather than corrupt a queue
+  }
+}
+
+void actor_scheduler::turn() noexcept {
+  // One slice: the woken actors and the current segment's batch, then one segment forward.
+  // Between slices the executor polls its mailbox, timers and I/O (the seed's time slice
+  // procedure), so a wake from another executor waits at most one segment.
+  std::uint32_t runs = 0;
+  while (runs < actor_detail::actors_per_slice) {
+    actor_cell* cell = woken_.pop_front();
+    if (cell == nullptr) cell = batch_.pop_front();
+    if (cell == nullptr) break;
+    change_load(-1);
+    run_actor(cell);
+    ++runs;
+  }
+  if (batch_.empty() && woken_.empty() && waiting_ != 0) advance_segment();
+  if (waiting_ != 0 && !system_.stopping()) {
+    system_.core().schedule_on(index_, &turn_runnable_);  // turn_queued_ stays true
+  } else {
+    turn_queued_ = false;
+  }
+}
+
+void actor_scheduler::advance_segment() noexcept {
+  current_ = (current_ + 1) % actor_detail::wheel_segments;
+  stats_.segments_turned.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  segment& now = segments_[current_];
+  // Timed-out actors first: those woken meanwhile run with the reductions they kept; the
+  // others join the idle set with a fresh quantum.
+  actor_detail::actor_queue woken_timed_out;
+  while (actor_cell* cell = now.timed_out.pop_front()) {
+    if (cell->woken_in_place) {
+      cell->woken_in_place = false;
+      if (cell->reductions_left <= 0) cell->reductions_left = std::int32_t(cell->quantum);
+      cell->where = placement::runnable;
+      woken_timed_out.push_back(cell);  // still counted in waiting_
+    } else {
+      cell->where = placement::idle;
+      cell->reductions_left = std::int32_t(cell->quantum);
+    }
+  }
+  batch_.append(woken_timed_out);
+  batch_.append(now.runnable);
+}
+
+void actor_scheduler::run_actor(actor_cell* cell) noexcept {
+  // relaxed: Runnable -> Running is the owner's own transition; senders only CAS from Receiving.
+  cell->state.store(actor_state::running, std::memory_order_relaxed);
+  cell->reductions_at_start = cell->reductions_left;
+  stats_.actor_runs.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  std::uint64_t handled = 0;
+  for (;;) {
+    if (cell->private_head == nullptr) {
+      // acquire: pairs with the senders' release pushes (the envelopes' contents).
+      envelope* newest = cell->mailbox.exchange(nullptr, std::memory_order_acquire);
+      std::uint32_t count = 0;
+      bool kill = false;
+      envelope* oldest_first = nullptr;
+      envelope* tail = newest;
+      while (newest != nullptr) {
+        envelope* next = newest->next;
+        newest->next = oldest_first;
+        oldest_first = newest;
+        kill = kill || newest->kind == envelope_kind::kill;
+        if (newest->kind == envelope_kind::user) ++count;  // only user messages are bounded
+        newest = next;
+      }
+      cell->private_head = oldest_first;
+      cell->private_tail = tail;
+      if (count != 0 && cell->capacity != 0) {
+        // relaxed: frees room for senders; the bound is approximate only in their favour.
+        cell->queued.fetch_sub(count, std::memory_order_relaxed);
+      }
+      if (kill) {
+        halt(cell, exit_reason{exit_kind::killed, {}}, true);
+        return;
+      }
+    }
+    if (cell->private_head == nullptr || cell->reductions_left <= 0) break;
+    envelope* message = cell->private_head;
+    cell->private_head = message->next;
+    if (cell->private_head == nullptr) cell->private_tail = nullptr;
+    message->next = nullptr;
+
+    bool crashed = false;
+    exit_reason crash;
+    try {
+      switch (message->kind) {
+        case envelope_kind::user:
+        case envelope_kind::start:
+        case envelope_kind::down:
+          cell->vtable->handle(*cell, *message);
+          break;
+        case envelope_kind::exit: {
+          auto& note = static_cast<actor_detail::notification_envelope&>(*message);
+          if (cell->vtable->traps_exits) {
+            cell->vtable->handle(*cell, *message);
+          } else if (note.reason.is_abnormal()) {
+            cell->stop_requested = true;
+            cell->pending_exit = exit_reason{exit_kind::linked, note.reason.error};
+          }
+          break;
+        }
+        case envelope_kind::stop: {
+          auto& note = static_cast<actor_detail::notification_envelope&>(*message);
+          cell->stop_requested = true;
+          cell->pending_exit = note.reason;
+          break;
+        }
+        case envelope_kind::kill:
+          cell->stop_requested = true;
+          cell->pending_exit = exit_reason{exit_kind::killed, {}};
+          break;
+      }
+    } catch (...) {
+      crashed = true;
+      crash = exit_reason{exit_kind::crashed, std::current_exception()};
+    }
+    message->destroy(message);
+    ++handled;
+    cell->reductions_left -= std::int32_t(1 + cell->extra_charge);
+    cell->extra_charge = 0;
+    if (crashed) {
+      stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
+      halt(cell, std::move(crash), true);
+      return;
+    }
+    if (cell->stop_requested) {
+      stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
+      halt(cell, std::move(cell->pending_exit), true);
+      return;
+    }
+  }
+  stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);  // relaxed: statistics
+  // relaxed: the owner's own view; a racing push is caught by the re-check in place_after_run.
+  const bool has_messages = cell->private_head != nullptr ||
+                            cell->mailbox.load(std::memory_order_relaxed) != nullptr;
+  place_after_run(cell, has_messages);
+}
+
+void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages) noexcept {
+  ++cell->runs_since_migration;
+  if (has_messages) {
+    if (cell->reductions_left > 0) {
+      // Messages arrived while it ran (a race with the loop's last look): run it again soon.
+      cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: owner's
+      cell->where = placement::woken;
+      woken_.push_back(cell);
+      change_load(+1);
+      return;
+    }
+    // A whole quantum used (A3): a turn forward with a fresh quantum, or to another executor.
+    cell->reductions_left = std::int32_t(cell->quantum);
+    cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: owner's
+    if (maybe_migrate(cell, /*woken=*/false)) return;
+    cell->where = placement::runnable;
+    segments_[current_].runnable.push_back(cell);  // N = wheel_segments forward: next turn
+    change_load(+1);
+    return;
+  }
+  // The mailbox ran dry: go Receiving, then look again (the Dekker pairing with senders).
+  // seq_cst store then seq_cst load: a sender that pushed before our load is seen here; one
+  // that pushes after it sees Receiving and wakes the actor (actor_cell.hpp).
+  cell->state.store(actor_state::receiving, std::memory_order_seq_cst);
+  if (cell->mailbox.load(std::memory_order_seq_cst) != nullptr) {
+    actor_state expected = actor_state::receiving;
+    // seq_cst: competes with senders' CAS; whoever wins schedules the actor (invariant W).
+    if (cell->state.compare_exchange_strong(expected, actor_state::runnable,
+                                            std::memory_order_seq_cst)) {
+      place_after_run(cell, true);
+      --cell->runs_since_migration;
+      return;
+    }
+    // A sender won: its wake is on its way; place the actor as idle below, the wake finds it.
+  }
+  // Forward by the share of a turn this run used; a whole turn once the quantum is spent (it
+  // gets fresh reductions only when the wheel reaches it).
+  const std::uint64_t quantum = std::max<std::uint32_t>(cell->quantum, 1);
+  const std::int64_t used_now =
+      std::max<std::int64_t>(cell->reductions_at_start - cell->reductions_left, 0);
+  const std::uint32_t forward =
+      cell->reductions_left <= 0
+          ? actor_detail::wheel_segments
+          : std::uint32_t((actor_detail::wheel_segments * std::uint64_t(used_now) + quantum / 2) /
+                          quantum);
+  if (forward == 0) {
+    cell->where = placement::idle;  // keeps its remaining reductions
+    return;
+  }
+  cell->where = placement::timed_out;
+  cell->woken_in_place = false;
+  const std::uint32_t slot =
+      (current_ + std::min(forward, actor_detail::wheel_segments)) % actor_detail::wheel_segments;
+  segments_[slot].timed_out.push_back(cell);
+}
+
+bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
+  if (cell->pinned || cell->runs_since_migration < actor_detail::migration_cooldown_runs) {
+    return false;
+  }
+  // relaxed: a hint; an actor starting I/O does so while running, on this thread.
+  if (cell->io_in_flight.load(std::memory_order_relaxed) != 0) return false;
+  core::runtime_core& core = system_.core();
+  const std::uint32_t count = core.executor_count();
+  if (count < 2) return false;
+  const std::uint32_t here = waiting_ + 1;  // this executor's load with the actor
+  std::uint32_t best = index_;
+  std::uint32_t best_load = ~std::uint32_t(0);
+  for (std::uint32_t i = 0; i < actor_detail::migration_samples; ++i) {
+    std::uint32_t pick = core::next_xorshift(random_state_) % (count - 1);
+    if (pick >= index_) ++pick;
+    actor_scheduler* other = system_.find_scheduler(pick);
+    const std::uint32_t other_load = other != nullptr ? other->load() : 0;
+    if (other_load < best_load) {
+      best = pick;
+      best_load = other_load;
+    }
+  }
+  if (best == index_ || here < best_load + actor_detail::migration_margin) return false;
+  remove_homed(cell);
+  cell->where = placement::migrating;
+  cell->runs_since_migration = 0;
+  // release: the target's adopt reads the actor's owner-only fields after the message's own
+  // synchronisation; home is read by later routers.
+  cell->home.store(best, std::memory_order_release);
+  stats_.migrations_out.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  system_.send_adopt(cell, best, woken ? adopt_mode::woken : adopt_mode::full_quantum);
+  return true;
+}
+
+void actor_scheduler::adopt(actor_cell* cell, adopt_mode mode) noexcept {
+  // The adopt message of an idle spawn from another thread can arrive after the actor was
+  // woken here (wake homes it), and after it then halted or migrated: it is stale then.
+  if (mode == adopt_mode::idle && (cell->ever_homed || cell->where == placement::halted)) return;
+  add_homed(cell);
+  if (mode == adopt_mode::idle) return;  // known here from now on; a wake schedules it
+  if (mode != adopt_mode::spawned_runnable) {
+    stats_.migrations_in.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  }
+  if (mode == adopt_mode::full_quantum) {
+    cell->where = placement::runnable;
+    segments_[current_].runnable.push_back(cell);  // N segments forward (seed)
+  } else {
+    cell->where = placement::woken;
+    woken_.push_back(cell);
+  }
+  change_load(+1);
+  ensure_turn_queued();
+}
+
+void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) noexcept {
+  // seq_cst: after this, senders' wake_if_receiving never schedules the actor again.
+  cell->state.store(actor_state::halted, std::memory_order_seq_cst);
+  // acq_rel: closes the mailbox (later pushes fail, invariant X) and takes what was queued.
+  envelope* pending = cell->mailbox.exchange(actor_detail::closed_mailbox, std::memory_order_acq_rel);
+  while (pending != nullptr) {
+    envelope* next = pending->next;
+    pending->destroy(pending);
+    pending = next;
+  }
+  while (envelope* e = cell->private_head) {
+    cell->private_head = e->next;
+    e->destroy(e);
+  }
+  cell->private_tail = nullptr;
+  cell->where = placement::halted;
+  cell->vtable->destroy_behaviour(*cell, reason);
+
+  // Tell the watchers (A7); links are removed from the other side too.
+  // seq_cst: pairs with add_watch (the state store above, then this load; see there).
+  if (actor_detail::actor_links* links = cell->links.load(std::memory_order_seq_cst)) {
+    std::vector<actor_detail::watch_entry> watchers;
+    {
+      std::lock_guard guard(links->lock);
+      links->closed = true;
+      watchers.swap(links->watchers);
+    }
+    for (const actor_detail::watch_entry& entry : watchers) {
+      if (entry.monitor_id == 0) actor_detail::remove_watch(*entry.watcher, *cell, 0);
+      if (notify) {
+        const envelope_kind kind = entry.monitor_id == 0 ? envelope_kind::exit : envelope_kind::down;
+        actor_detail::push_system_message(
+            *entry.watcher,
+            new actor_detail::notification_envelope(kind, cell->id, entry.monitor_id, reason));
+      }
+      entry.watcher->release();
+    }
+  }
+  remove_homed(cell);
+  stats_.halted.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  cell->release();  // the system's reference
+}
+
+void actor_scheduler::halt_all_for_shutdown() noexcept {
+  while (actor_cell* cell = homed_head_) {
+    halt(cell, exit_reason{exit_kind::shutdown, {}}, false);
+  }
+}
+
+// --- actor_system ------------------------------------------------------------------------------
+
+namespace {
+
+void deliver_wake(core::executor_message& message, core::executor* receiver) noexcept {
+  if (receiver == nullptr) return;  // shutdown: the actor is still in a homed list
+  auto* cell = static_cast<actor_cell*>(message.payload[0]);
+  cell->system->scheduler(receiver->index()).wake(cell);
+}
+
+void deliver_adopt(core::executor_message& message, core::executor* receiver) noexcept {
+  auto* cell = static_cast<actor_cell*>(message.payload[0]);
+  if (receiver == nullptr) {
+    cell->system->add_orphan(cell);
+    return;
+  }
+  const auto mode = adopt_mode(reinterpret_cast<std::uintptr_t>(message.payload[1]));
+  cell->system->scheduler(receiver->index()).adopt(cell, mode);
+  cell->release();  // the message's reference (send_adopt)
+}
+
+}  // namespace
+
+actor_system::actor_system(core::runtime_core& core, actor_system_options options)
+    : core_(core),
+      options_(options),
+      schedulers_(new std::atomic<actor_scheduler*>[core.options().max_executors]),
+      scheduler_capacity_(core.options().max_executors) {
+  for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
+    schedulers_[i].store(nullptr, std::memory_order_relaxed);  // relaxed: not shared yet
+  }
+}
+
+actor_system::~actor_system() {
+  shutdown();
+  for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
+    delete schedulers_[i].load(std::memory_order_relaxed);  // relaxed: no other thread left
+  }
+}
+
+actor_scheduler& actor_system::scheduler(std::uint32_t index) {
+  if (actor_scheduler* existing = find_scheduler(index)) return *existing;
+  auto* created = new actor_scheduler(*this, index);
+  actor_scheduler* expected = nullptr;
+  // acq_rel: release publishes the scheduler; acquire reads a competitor's on failure.
+  if (schedulers_[index].compare_exchange_strong(expected, created, std::memory_order_acq_rel)) {
+    return *created;
+  }
+  delete created;
+  return *expected;
+}
+
+std::int32_t actor_system::current_index() const noexcept {
+  core::executor* e = core::executor::current();
+  return e != nullptr && &e->core() == &core_ ? std::int32_t(e->index()) : -1;
+}
+
+bool actor_system::stopping() const noexcept { return core_.stopping(); }
+
+void actor_system::route_wake(actor_cell* cell) noexcept {
+  // Shutdown halts every actor on this thread after the workers stopped; an on_stop handler
+  // that sends to an actor not halted yet needs no wake (that actor halts next, its queue too).
+  // relaxed: set by the shutdown thread itself, which is the only one that matters here.
+  if (shut_down_.load(std::memory_order_relaxed)) return;
+  // acquire: pairs with the release store of a migration (the new home).
+  const std::uint32_t home = cell->home.load(std::memory_order_acquire);
+  if (current_index() == std::int32_t(home)) {
+    scheduler(home).wake(cell);
+    return;
+  }
+  core::executor::send_message(core_, home, &deliver_wake, cell, nullptr, nullptr, wake_message);
+}
+
+void actor_system::send_adopt(actor_cell* cell, std::uint32_t target, adopt_mode mode) noexcept {
+  if (current_index() == std::int32_t(target)) {
+    scheduler(target).adopt(cell, mode);
+    return;
+  }
+  cell->add_reference();  // the message's: the actor may halt before the message arrives
+  core::executor::send_message(core_, target, &deliver_adopt, cell,
+                               reinterpret_cast<void*>(std::uintptr_t(mode)), nullptr,
+                               adopt_message);
+}
+
+void actor_system::add_orphan(actor_cell* cell) noexcept {
+  std::lock_guard guard(orphans_mutex_);
+  orphans_.push_back(cell);
+}
+
+void actor_system::shutdown() noexcept {
+  // relaxed: shutdown runs once, on one thread, after the workers stopped.
+  if (shut_down_.exchange(true, std::memory_order_relaxed)) return;
+  for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
+    // relaxed: the workers have stopped (runtime shutdown step 6); nothing races.
+    if (actor_scheduler* s = schedulers_[i].load(std::memory_order_relaxed)) {
+      s->halt_all_for_shutdown();
+    }
+  }
+  std::vector<actor_cell*> orphans;
+  {
+    std::lock_guard guard(orphans_mutex_);
+    orphans.swap(orphans_);
+  }
+  for (actor_cell* cell : orphans) {
+    // An orphan's adopt message was discarded: adopt it into its home's scheduler (unless it
+    // halted meanwhile), halt it there, and drop the message's reference.
+    actor_scheduler& home = scheduler(cell->home.load(std::memory_order_relaxed));
+    home.adopt(cell, adopt_mode::idle);
+    home.halt_all_for_shutdown();
+    cell->release();
+  }
+}
+
+std::uint64_t actor_system::live_cells() noexcept {
+  return live_cell_count.load(std::memory_order_relaxed);  // relaxed: statistics
+}
+
+namespace actor_detail {
+void count_cell(int delta) noexcept {
+  live_cell_count.fetch_add(std::uint64_t(std::int64_t(delta)), std::memory_order_relaxed);
+}
+}  // namespace actor_detail
+
+}  // namespace spindle

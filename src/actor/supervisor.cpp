@@ -1,0 +1,243 @@
+// The supervisor actor: carries out supervision_plan's decisions (supervisor.hpp has the
+// protocol; supervision.md the decision rules).
+#include "spindle/actor/supervisor.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "spindle/core/runtime_core.hpp"
+
+namespace spindle {
+namespace {
+
+class supervisor_behaviour {
+ public:
+  using message_type = supervisor_message;
+  using context = actor_context<supervisor_message>;
+
+  supervisor_behaviour(supervisor_spec spec, supervision_plan plan)
+      : spec_(std::move(spec)), plan_(std::move(plan)), children_(spec_.children.size()) {}
+
+  void on_start(context& ctx) {
+    for (std::size_t child : plan_.start_order()) start_child(child, ctx);
+    run(ctx);
+  }
+
+  void receive(supervisor_message& message, context& ctx) {
+    if (auto* failed = std::get_if<supervisor_child_start_failed>(&message)) {
+      exits_.emplace_back(failed->child, child_outcome::crashed);
+      run(ctx);
+      return;
+    }
+    auto& query = std::get<supervisor_query>(message);
+    const std::optional<std::size_t> index = plan_.index_of(query.child);
+    query.reply(index ? children_[*index] : actor_handle{});
+  }
+
+  void on_down(const down_message& down, context& ctx) {
+    auto it = child_of_.find(down.source);
+    if (it == child_of_.end()) return;  // an earlier incarnation, or not a child
+    const std::size_t child = it->second;
+    child_of_.erase(it);
+    children_[child] = actor_handle{};
+    if (awaiting_stop_ == child) {
+      awaiting_stop_.reset();
+    } else {
+      // Graceful ends (normal, or a shutdown someone else asked for) are normal outcomes.
+      const bool graceful =
+          down.reason.kind == exit_kind::normal || down.reason.kind == exit_kind::shutdown;
+      exits_.emplace_back(child, graceful ? child_outcome::normal : child_outcome::crashed);
+    }
+    run(ctx);
+  }
+
+  // Halting (escalation, a stop request, the runtime shutting down): stop what still runs.
+  void on_stop(const exit_reason&) {
+    for (std::size_t child : plan_.stop_order()) {
+      if (children_[child]) children_[child].stop(exit_kind::shutdown);
+    }
+  }
+
+ private:
+  struct action {
+    enum class kind : std::uint8_t { stop, start, escalate } what;
+    std::size_t child;
+  };
+
+  // Performs pending actions, then decides queued exits, until it must wait for a stop.
+  void run(context& ctx) {
+    while (!awaiting_stop_) {
+      if (!actions_.empty()) {
+        const action next = actions_.front();
+        actions_.pop_front();
+        perform(next, ctx);
+        continue;
+      }
+      if (exits_.empty()) return;
+      const auto [child, outcome] = exits_.front();
+      exits_.pop_front();
+      decide(child, outcome);
+    }
+  }
+
+  void decide(std::size_t child, child_outcome outcome) {
+    const restart_decision decision = plan_.on_child_exit(child, outcome);
+    for (std::size_t c : decision.stop) actions_.push_back({action::kind::stop, c});
+    for (std::size_t c : decision.start) actions_.push_back({action::kind::start, c});
+    if (decision.escalate) {
+      escalation_ = "spindle: supervisor gave up after child '" + plan_.child(child).name +
+                    "' ended: restart limit reached";
+      actions_.push_back({action::kind::escalate, child});
+    }
+  }
+
+  void perform(const action& a, context& ctx) {
+    switch (a.what) {
+      case action::kind::stop: {
+        // An exit of this child still queued: it is gone already, nothing to wait for.
+        const auto queued = std::find_if(exits_.begin(), exits_.end(),
+                                         [&](const auto& e) { return e.first == a.child; });
+        if (queued != exits_.end()) exits_.erase(queued);
+        if (!children_[a.child]) return;
+        awaiting_stop_ = a.child;
+        children_[a.child].stop(exit_kind::shutdown);
+        return;
+      }
+      case action::kind::start:
+        start_child(a.child, ctx);
+        return;
+      case action::kind::escalate:
+        throw supervisor_escalation(escalation_);  // a crash: our supervisor sees it
+    }
+  }
+
+  void start_child(std::size_t child, context& ctx) {
+    try {
+      actor_handle handle = spec_.children[child].start(resolve(spec_.children[child].placement));
+      if (!handle) throw usage_error("spindle: a supervisor's child factory returned no actor");
+      ctx.monitor(handle);
+      child_of_[handle.id()] = child;
+      children_[child] = std::move(handle);
+    } catch (const runtime_stopped&) {
+      // The runtime is shutting down: nothing will run any more, nothing to restart.
+    } catch (...) {
+      // A failed start is a crash of that child, decided in a later turn of this actor (a
+      // message to itself), so a factory that always fails cannot keep its executor forever.
+      ctx.self().send(supervisor_child_start_failed{child});
+    }
+  }
+
+  static spawn_options resolve(const child_placement& placement) {
+    spawn_options options;
+    if (placement.where == child_placement::kind::executor) {
+      options.executor = placement.value;
+      options.pinned = true;
+    }
+    return options;
+  }
+
+  supervisor_spec spec_;
+  supervision_plan plan_;
+  std::vector<actor_handle> children_;           // running children (empty when not)
+  std::unordered_map<actor_id, std::size_t> child_of_;
+  std::deque<action> actions_;
+  std::deque<std::pair<std::size_t, child_outcome>> exits_;
+  std::optional<std::size_t> awaiting_stop_;
+  std::string escalation_;
+};
+
+// Builds the plan (the configuration-time checks) from the named spec.
+supervision_plan make_plan(const supervisor_spec& spec, core::runtime_core& core) {
+  std::vector<child_spec> children;
+  children.reserve(spec.children.size());
+  for (const supervised_child& child : spec.children) {
+    if (!child.start) {
+      throw usage_error("spindle: supervisor child '" + child.name + "' has no start function");
+    }
+    children.push_back({child.name, child.restart, {}});
+  }
+  for (std::size_t i = 0; i < spec.children.size(); ++i) {
+    for (const std::string& name : spec.children[i].depends_on) {
+      auto found = std::find_if(spec.children.begin(), spec.children.end(),
+                                [&](const supervised_child& c) { return c.name == name; });
+      if (found == spec.children.end()) {
+        throw usage_error("spindle: supervisor child '" + spec.children[i].name +
+                          "' depends on unknown child '" + name + "'");
+      }
+      children[i].dependencies.push_back(std::size_t(found - spec.children.begin()));
+    }
+    const child_placement& p = spec.children[i].placement;
+    const bool valid =
+        (p.where == child_placement::kind::any) ||
+        (p.where == child_placement::kind::executor && p.value < core.executor_count()) ||
+        (p.where == child_placement::kind::numa_group && p.value < numa_group_count()) ||
+        (p.where == child_placement::kind::core_kind && p.value <= 1 &&
+         has_core_kind(child_placement::core_kind_value(p.value)));
+    if (!valid) {
+      throw usage_error("spindle: supervisor child '" + spec.children[i].name +
+                        "' has a placement this machine cannot honour");
+    }
+  }
+  return supervision_plan::create(std::move(children), spec.pattern, spec.limit, core.clock());
+}
+
+supervisor_ref spawn_in(actor_system& system, supervisor_spec spec, const spawn_options& options) {
+  supervision_plan plan = make_plan(spec, system.core());
+  return actor_detail::spawn_in<supervisor_behaviour>(system, options, std::move(spec),
+                                                      std::move(plan));
+}
+
+std::uint32_t count_sysfs_entries(const char* directory, const char* prefix) noexcept {
+  std::error_code error;
+  std::uint32_t count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.size() > std::strlen(prefix) &&
+        std::isdigit(static_cast<unsigned char>(name[std::strlen(prefix)]))) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+supervisor_ref spawn_supervisor(runtime& rt, supervisor_spec spec, const spawn_options& options) {
+  return spawn_in(actors_of(rt), std::move(spec), options);
+}
+
+supervisor_ref spawn_supervisor_here(supervisor_spec spec, const spawn_options& options) {
+  actor_system* system = current_actor_system();
+  if (system == nullptr) throw usage_error("spindle: spawn_supervisor_here outside a runtime worker");
+  return spawn_in(*system, std::move(spec), options);
+}
+
+std::uint32_t numa_group_count() noexcept {
+  return std::max<std::uint32_t>(1, count_sysfs_entries("/sys/devices/system/node", "node"));
+}
+
+bool has_core_kind(child_placement::core_kind_value kind) noexcept {
+  if (kind == child_placement::core_kind_value::big) return true;
+  // Little cores: an Intel hybrid part lists its efficiency cores as cpu_atom; on Arm the
+  // cores report different capacities.
+  std::error_code error;
+  if (std::filesystem::exists("/sys/devices/cpu_atom", error)) return true;
+  std::set<std::string> capacities;
+  const std::uint32_t cpus = count_sysfs_entries("/sys/devices/system/cpu", "cpu");
+  for (std::uint32_t i = 0; i < cpus; ++i) {
+    std::ifstream file("/sys/devices/system/cpu/cpu" + std::to_string(i) + "/cpu_capacity");
+    std::string value;
+    if (file >> value) capacities.insert(value);
+  }
+  return capacities.size() > 1;
+}
+
+}  // namespace spindle

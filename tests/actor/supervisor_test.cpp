@@ -1,0 +1,270 @@
+// Supervisors with real actors: start order, restarts as the plan predicts, escalation,
+// nesting, placement, configuration errors. The decision logic itself is checked exhaustively
+// in supervision_plan_test.cpp; here every decision must be carried out in the predicted order.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "spindle/actor/supervisor.hpp"
+#include "spindle/spindle.hpp"
+
+namespace {
+
+using spindle::actor_context;
+using spindle::actor_handle;
+using spindle::exit_kind;
+using spindle::restart_limit;
+using spindle::restart_pattern;
+using spindle::restart_type;
+using spindle::runtime;
+using spindle::spawn_actor;
+using spindle::spawn_options;
+using spindle::supervised_child;
+using spindle::supervisor_spec;
+
+// Events in the order they happened: "start:<name>" from factories, "stop:<name>" when a child
+// halts because its supervisor stopped it.
+class event_log {
+ public:
+  void add(std::string event) {
+    {
+      std::lock_guard guard(mutex_);
+      events_.push_back(std::move(event));
+    }
+    changed_.notify_all();
+  }
+  // Waits until at least `count` events were logged; returns them all.
+  std::vector<std::string> wait_for(std::size_t count) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return events_.size() >= count; });
+    return events_;
+  }
+  std::size_t size() {
+    std::lock_guard guard(mutex_);
+    return events_.size();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::string> events_;
+};
+
+// A child: crashes on a negative message, logs supervisor-initiated stops.
+struct worker {
+  using message_type = int;
+  event_log* log;
+  std::string name;
+  void receive(int value) {
+    if (value < 0) throw std::runtime_error("worker " + name + " crashed on purpose");
+  }
+  void on_stop(const spindle::exit_reason& reason) {
+    if (reason.kind == exit_kind::shutdown) log->add("stop:" + name);
+  }
+};
+
+supervised_child child(event_log& log, std::string name, std::vector<std::string> deps = {},
+                       restart_type restart = restart_type::always, runtime* rt = nullptr) {
+  supervised_child c;
+  c.name = name;
+  c.restart = restart;
+  c.depends_on = std::move(deps);
+  c.start = [&log, name, rt](const spawn_options& options) {
+    log.add("start:" + name);
+    if (rt != nullptr) return actor_handle(spawn_actor<worker>(*rt, options, &log, name));
+    return actor_handle(spindle::spawn_actor_here<worker>(options, &log, name));
+  };
+  return c;
+}
+
+actor_handle child_handle(runtime& rt, const spindle::supervisor_ref& sup, const std::string& name) {
+  return rt.block_on(sup.ask<actor_handle>([&](spindle::reply_to<actor_handle> r) {
+    return spindle::supervisor_query{name, std::move(r)};
+  }));
+}
+
+void crash(runtime& rt, const spindle::supervisor_ref& sup, const std::string& name) {
+  actor_handle h = child_handle(rt, sup, name);
+  ASSERT_TRUE(h) << name << " is not running";
+  h.as<int>().send(-1);
+}
+
+TEST(Supervisor, StartsChildrenInDependencyOrder) {
+  event_log log;
+  runtime rt({.workers = 2});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "web", {"cache", "db"}));
+  spec.children.push_back(child(log, "cache", {"db"}));
+  spec.children.push_back(child(log, "db"));
+  spec.children.push_back(child(log, "metrics"));
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  EXPECT_EQ(log.wait_for(4),
+            (std::vector<std::string>{"start:db", "start:cache", "start:web", "start:metrics"}));
+}
+
+TEST(Supervisor, CycleIsRejectedBeforeAnythingStarts) {
+  event_log log;
+  runtime rt({.workers = 1});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "a", {"c"}));
+  spec.children.push_back(child(log, "b", {"a"}));
+  spec.children.push_back(child(log, "c", {"b"}));
+  try {
+    spindle::spawn_supervisor(rt, std::move(spec));
+    FAIL() << "a cycle was accepted";
+  } catch (const spindle::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cycle"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(log.size(), 0u);
+}
+
+TEST(Supervisor, UnknownDependencyAndBadPlacementAreRejected) {
+  event_log log;
+  runtime rt({.workers = 1});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "a", {"nobody"}));
+  EXPECT_THROW(spindle::spawn_supervisor(rt, std::move(spec)), spindle::usage_error);
+  supervisor_spec pinned;
+  pinned.children.push_back(child(log, "a"));
+  pinned.children.back().placement = spindle::child_placement::pinned_to(7);
+  EXPECT_THROW(spindle::spawn_supervisor(rt, std::move(pinned)), spindle::usage_error);
+}
+
+TEST(Supervisor, HandlesCastOnlyToTheirMessageType) {
+  event_log log;
+  runtime rt({.workers = 1});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "a", {}, restart_type::always, &rt));
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(1);
+  actor_handle a = child_handle(rt, sup, "a");
+  EXPECT_THROW(a.as<std::string>(), spindle::usage_error);
+  EXPECT_EQ(a.as<int>().send(1), spindle::send_result::queued);
+}
+
+TEST(Supervisor, PinnedPlacementIsHonoured) {
+  event_log log;
+  runtime rt({.workers = 2});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "a", {}, restart_type::always, &rt));
+  spec.children.back().placement = spindle::child_placement::pinned_to(1);
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(1);
+  EXPECT_EQ(child_handle(rt, sup, "a").home_executor(), 1u);
+}
+
+// Random DAGs and crash schedules: the events equal the plan's decisions, in order.
+TEST(Supervisor, RestartsFollowThePlanForRandomGraphs) {
+  std::mt19937 random(20261122);
+  for (int round = 0; round < 40; ++round) {
+    event_log log;
+    runtime rt({.workers = 2});
+    const std::size_t n = 1 + random() % 6;
+    supervisor_spec spec;
+    spec.pattern = restart_pattern(random() % 4);
+    spec.limit = restart_limit::unlimited();
+    std::vector<spindle::child_spec> model_children;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<std::string> deps;
+      std::vector<std::size_t> dep_indices;
+      for (std::size_t j = 0; j < i; ++j) {
+        if (random() % 3 == 0) {
+          deps.push_back("c" + std::to_string(j));
+          dep_indices.push_back(j);
+        }
+      }
+      const auto restart = random() % 4 == 0 ? restart_type::on_crash_only : restart_type::always;
+      spec.children.push_back(child(log, "c" + std::to_string(i), deps, restart));
+      model_children.push_back({"c" + std::to_string(i), restart, dep_indices});
+    }
+    auto model = spindle::supervision_plan::create(model_children, spec.pattern, spec.limit,
+                                                   rt.core().clock());
+    std::vector<std::string> expected;
+    for (std::size_t i : model.start_order()) expected.push_back("start:c" + std::to_string(i));
+    auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+    ASSERT_EQ(log.wait_for(expected.size()), expected) << "round " << round;
+    for (int step = 0; step < 4; ++step) {
+      std::vector<std::size_t> present;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (model.is_present(i)) present.push_back(i);
+      }
+      if (present.empty()) break;
+      const std::size_t victim = present[random() % present.size()];
+      const auto decision = model.on_child_exit(victim, spindle::child_outcome::crashed);
+      for (std::size_t i : decision.stop) expected.push_back("stop:c" + std::to_string(i));
+      for (std::size_t i : decision.start) expected.push_back("start:c" + std::to_string(i));
+      crash(rt, sup, "c" + std::to_string(victim));
+      ASSERT_EQ(log.wait_for(expected.size()), expected)
+          << "round " << round << " step " << step << " crashed c" << victim;
+    }
+  }
+}
+
+// Beyond the limit the supervisor stops its children (reverse order) and crashes; whoever
+// monitors it sees the escalation.
+struct observer {
+  using message_type = actor_handle;
+  std::promise<void>* monitored;
+  std::promise<spindle::down_message>* down;
+  void receive(actor_handle& target, actor_context<actor_handle>& ctx) {
+    ctx.monitor(target);
+    monitored->set_value();
+  }
+  void on_down(const spindle::down_message& d, actor_context<actor_handle>&) { down->set_value(d); }
+};
+
+TEST(Supervisor, EscalatesBeyondTheLimit) {
+  event_log log;
+  runtime rt({.workers = 2});
+  supervisor_spec spec;
+  spec.pattern = restart_pattern::one;
+  spec.limit = restart_limit::at_most(1);
+  spec.children.push_back(child(log, "a"));
+  spec.children.push_back(child(log, "b", {"a"}));
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(2);
+  std::promise<void> monitored;
+  std::promise<spindle::down_message> down;
+  auto watcher = spawn_actor<observer>(rt, &monitored, &down);
+  watcher.send(sup);
+  monitored.get_future().get();
+  crash(rt, sup, "b");
+  log.wait_for(3);  // start:b again
+  crash(rt, sup, "b");
+  const spindle::down_message d = down.get_future().get();
+  EXPECT_EQ(d.reason.kind, exit_kind::crashed);
+  EXPECT_NE(d.reason.describe().find("restart limit"), std::string::npos) << d.reason.describe();
+  EXPECT_EQ(log.wait_for(4), (std::vector<std::string>{"start:a", "start:b", "start:b", "stop:a"}));
+}
+
+// A supervisor under a supervisor: the inner one escalates, the outer one restarts it (and it
+// starts its own children again).
+TEST(Supervisor, NestedSupervisorIsRestartedByItsParent) {
+  event_log log;
+  runtime rt({.workers = 2});
+  supervisor_spec outer;
+  outer.limit = restart_limit::unlimited();
+  supervised_child inner;
+  inner.name = "inner";
+  inner.start = [&log](const spawn_options& options) {
+    log.add("start:inner");
+    supervisor_spec spec;
+    spec.limit = restart_limit::at_most(0);
+    spec.children.push_back(child(log, "leaf"));
+    return actor_handle(spindle::spawn_supervisor_here(std::move(spec), options));
+  };
+  outer.children.push_back(std::move(inner));
+  auto sup = spindle::spawn_supervisor(rt, std::move(outer));
+  log.wait_for(2);
+  auto inner_handle = child_handle(rt, sup, "inner");
+  crash(rt, inner_handle.as<spindle::supervisor_message>(), "leaf");  // the inner limit is 0: it escalates at once
+  EXPECT_EQ(log.wait_for(4), (std::vector<std::string>{"start:inner", "start:leaf", "start:inner",
+                                                       "start:leaf"}));
+}
+
+}  // namespace
