@@ -162,7 +162,6 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
     if (cell->private_head == nullptr) {
       // acquire: pairs with the senders' release pushes (the envelopes' contents).
       envelope* newest = cell->mailbox.exchange(nullptr, std::memory_order_acquire);
-      std::uint32_t count = 0;
       bool kill = false;
       envelope* oldest_first = nullptr;
       envelope* tail = newest;
@@ -171,15 +170,10 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
         newest->next = oldest_first;
         oldest_first = newest;
         kill = kill || newest->kind == envelope_kind::kill;
-        if (newest->kind == envelope_kind::user) ++count;  // only user messages are bounded
         newest = next;
       }
       cell->private_head = oldest_first;
       cell->private_tail = tail;
-      if (count != 0 && cell->capacity != 0) {
-        // relaxed: frees room for senders; the bound is approximate only in their favour.
-        cell->queued.fetch_sub(count, std::memory_order_relaxed);
-      }
       if (kill) {
         halt(cell, exit_reason{exit_kind::killed, {}}, true);
         return;
@@ -190,6 +184,11 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
     cell->private_head = message->next;
     if (cell->private_head == nullptr) cell->private_tail = nullptr;
     message->next = nullptr;
+    if (cell->capacity != 0 && message->kind == envelope_kind::user) {
+      // relaxed: frees room for senders once the message is being handled, so at most
+      // `capacity` user messages are ever queued and not yet handled.
+      cell->queued.fetch_sub(1, std::memory_order_relaxed);
+    }
 
     bool crashed = false;
     exit_reason crash;
@@ -276,8 +275,10 @@ void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages) noexc
     // seq_cst: competes with senders' CAS; whoever wins schedules the actor (invariant W).
     if (cell->state.compare_exchange_strong(expected, actor_state::runnable,
                                             std::memory_order_seq_cst)) {
-      place_after_run(cell, true);
+      // Undo this call's count first: the call below counts the run again, and may hand the
+      // actor to another executor (after that its fields are no longer ours to touch).
       --cell->runs_since_migration;
+      place_after_run(cell, true);
       return;
     }
     // A sender won: its wake is on its way; place the actor as idle below, the wake finds it.

@@ -24,7 +24,7 @@
 // executors when that balances load (A5), unless pinned or waiting for I/O (io_guard).
 //
 // Bounded mailboxes (A8): spawn_options::mailbox_capacity > 0 bounds the user messages queued
-// and not yet taken; send() on a full mailbox returns send_result::mailbox_full and drops the
+// and not yet handled; send() on a full mailbox returns send_result::mailbox_full and drops the
 // message (the sender keeps its executor; retrying later, or backing off, is its choice).
 // Notifications and stop/kill requests are never refused.
 #pragma once
