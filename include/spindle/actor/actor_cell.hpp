@@ -29,9 +29,11 @@
 // mailbox; a sender's push is followed by a seq_cst load of the state (CAS seq_cst): Dekker, so
 // either the owner's re-check sees the envelope or the sender sees Receiving and wakes it.
 //
-// Lifetime: `references` counts actor refs plus one held by the actor system from spawn until
-// the actor halted and left its home executor's lists. The behaviour object is destroyed when
-// the actor halts; the cell's memory when the last reference goes.
+// Lifetime: `references` counts actor refs, one held by the actor system from spawn until the
+// actor halted and left its home executor's lists, one per adopt message in flight (the actor
+// may halt before its spawn's adopt message arrives), and one per watch entry naming it as the
+// watcher. The behaviour object is destroyed when the actor halts; the cell's memory when the
+// last reference goes.
 #pragma once
 
 #include <atomic>

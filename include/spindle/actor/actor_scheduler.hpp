@@ -16,9 +16,11 @@
 //     waited out their share); then every actor of its runnable queue runs, each at most a
 //     quantum.
 // The seed's "time slice procedure" is how these fit in the executor: the wheel is one
-// runnable (the *turn*) on its executor's inbox, run for at most `actors_per_slice` actor runs
-// at a time. Between slices the executor does the procedure's steps 1-2 itself (its loop polls
-// the reactor: completions are routed, queued submissions go out in one batch), and the
+// runnable (the *turn*) on its executor's inbox; one slice runs the woken actors and the current
+// segment's batch (at most `actors_per_slice` actor runs), then turns one segment. Between
+// slices the executor does the procedure's steps 1-2 itself (its loop polls its message mailbox
+// first, then the reactor: completions are routed, queued submissions go out in one batch), so
+// a wake from another executor waits at most one segment; and the
 // placement of step 3 is the rule above: Receiving -> idle set (the head of the idle list),
 // Runnable -> N segments forward (the tail of the active queue), Halted -> watchers and
 // supervisor told, actor released.
