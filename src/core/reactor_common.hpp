@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/reactor.hpp"
 
 namespace spindle::core {
@@ -98,56 +99,8 @@ class in_flight_list {
 };
 
 // A FIFO of operations linked through next_waiting (owner-only): completions waiting for
-// delivery, and in the epoll backend the operations waiting per descriptor. Removal from anywhere
-// (cancel) is a scan comparing addresses, so a stale id is never dereferenced.
-class operation_fifo {
- public:
-  void push_back(io_operation* op) noexcept {
-    op->next_waiting = nullptr;
-    if (tail_ != nullptr) {
-      tail_->next_waiting = op;
-    } else {
-      head_ = op;
-    }
-    tail_ = op;
-  }
-  io_operation* front() const noexcept { return head_; }
-  io_operation* pop_front() noexcept {
-    io_operation* op = head_;
-    if (op != nullptr) {
-      head_ = op->next_waiting;
-      if (head_ == nullptr) tail_ = nullptr;
-      op->next_waiting = nullptr;
-    }
-    return op;
-  }
-  // Unlinks `op` if it is on this list.
-  bool remove(io_operation* op) noexcept {
-    io_operation* previous = nullptr;
-    for (io_operation* it = head_; it != nullptr; previous = it, it = it->next_waiting) {
-      if (it != op) continue;
-      if (previous != nullptr) {
-        previous->next_waiting = op->next_waiting;
-      } else {
-        head_ = op->next_waiting;
-      }
-      if (tail_ == op) tail_ = previous;
-      op->next_waiting = nullptr;
-      return true;
-    }
-    return false;
-  }
-  bool empty() const noexcept { return head_ == nullptr; }
-  operation_fifo take_all() noexcept {
-    operation_fifo all = *this;
-    head_ = tail_ = nullptr;
-    return all;
-  }
-
- private:
-  io_operation* head_ = nullptr;
-  io_operation* tail_ = nullptr;
-};
+// delivery, and in the epoll backend the operations waiting per descriptor.
+using operation_fifo = intrusive_fifo<io_operation, &io_operation::next_waiting>;
 
 // Delivers a final result (R1): the fault hook may rewrite it, then the submitter gets it back.
 inline void complete(io_operation* op, io_fault_hook hook) noexcept {

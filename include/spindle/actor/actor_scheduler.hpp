@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "spindle/actor/actor_cell.hpp"
+#include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/runnable.hpp"
 
 namespace spindle {
@@ -69,43 +70,7 @@ inline constexpr std::uint32_t migration_margin = 2;
 inline constexpr std::uint32_t migration_cooldown_runs = 4;
 
 // A FIFO of actors linked through queue_next (owner-only).
-class actor_queue {
- public:
-  bool empty() const noexcept { return head_ == nullptr; }
-  void push_back(actor_cell* cell) noexcept {
-    cell->queue_next = nullptr;
-    if (tail_ != nullptr) {
-      tail_->queue_next = cell;
-    } else {
-      head_ = cell;
-    }
-    tail_ = cell;
-  }
-  actor_cell* pop_front() noexcept {
-    actor_cell* cell = head_;
-    if (cell != nullptr) {
-      head_ = cell->queue_next;
-      if (head_ == nullptr) tail_ = nullptr;
-      cell->queue_next = nullptr;
-    }
-    return cell;
-  }
-  // Moves every actor of `other` to the back of this queue.
-  void append(actor_queue& other) noexcept {
-    if (other.head_ == nullptr) return;
-    if (tail_ != nullptr) {
-      tail_->queue_next = other.head_;
-    } else {
-      head_ = other.head_;
-    }
-    tail_ = other.tail_;
-    other.head_ = other.tail_ = nullptr;
-  }
-
- private:
-  actor_cell* head_ = nullptr;
-  actor_cell* tail_ = nullptr;
-};
+using actor_queue = core::intrusive_fifo<actor_cell, &actor_cell::queue_next>;
 
 // How an actor handed to an executor is placed there.
 enum class adopt_mode : std::uintptr_t {

@@ -1,6 +1,8 @@
-// An intrusive doubly linked FIFO, not synchronised: whoever owns it guards it (a primitive's
-// lock, a join set's mutex). Elements carry their own links, named by member pointers, so one
-// element type can sit in lists of different owners without allocation.
+// Intrusive FIFOs, not synchronised: whoever owns one guards it (a primitive's lock, a join
+// set's mutex, an executor's own thread). Elements carry their own links, named by member
+// pointers, so one element type can sit in lists of different owners without allocation.
+// intrusive_list is doubly linked (O(1) removal anywhere); intrusive_fifo is singly linked
+// (removal from the middle scans).
 #pragma once
 
 #include <cassert>
@@ -72,6 +74,73 @@ class intrusive_list {
   T* head_ = nullptr;
   T* tail_ = nullptr;
   std::size_t size_ = 0;
+};
+
+// An intrusive singly linked FIFO, not synchronised: its owner guards it (an executor's own
+// wheel queues, a reactor's operation lists). Elements carry the link, named by a member
+// pointer. Removal from the middle is a scan comparing addresses, so a stale element is never
+// dereferenced.
+template <class T, T* T::*Next>
+class intrusive_fifo {
+ public:
+  bool empty() const noexcept { return head_ == nullptr; }
+  T* front() const noexcept { return head_; }  // oldest, null if empty
+
+  void push_back(T* element) noexcept {
+    element->*Next = nullptr;
+    if (tail_ != nullptr) {
+      tail_->*Next = element;
+    } else {
+      head_ = element;
+    }
+    tail_ = element;
+  }
+  T* pop_front() noexcept {  // null if empty
+    T* element = head_;
+    if (element != nullptr) {
+      head_ = element->*Next;
+      if (head_ == nullptr) tail_ = nullptr;
+      element->*Next = nullptr;
+    }
+    return element;
+  }
+  // Moves every element of `other` to the back of this FIFO.
+  void append(intrusive_fifo& other) noexcept {
+    if (other.head_ == nullptr) return;
+    if (tail_ != nullptr) {
+      tail_->*Next = other.head_;
+    } else {
+      head_ = other.head_;
+    }
+    tail_ = other.tail_;
+    other.head_ = other.tail_ = nullptr;
+  }
+  // Takes every element, leaving this FIFO empty.
+  intrusive_fifo take_all() noexcept {
+    intrusive_fifo all = *this;
+    head_ = tail_ = nullptr;
+    return all;
+  }
+  // Unlinks `element` if it is in this FIFO.
+  bool remove(T* element) noexcept {
+    T* previous = nullptr;
+    for (T* it = head_; it != nullptr; previous = it, it = it->*Next) {
+      if (it != element) continue;
+      if (previous != nullptr) {
+        previous->*Next = element->*Next;
+      } else {
+        head_ = element->*Next;
+      }
+      if (tail_ == element) tail_ = previous;
+      element->*Next = nullptr;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  T* head_ = nullptr;
+  T* tail_ = nullptr;
 };
 
 }  // namespace spindle::core
