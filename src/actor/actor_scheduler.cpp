@@ -164,7 +164,6 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
       envelope* newest = cell->mailbox.exchange(nullptr, std::memory_order_acquire);
       bool kill = false;
       envelope* oldest_first = nullptr;
-      envelope* tail = newest;
       while (newest != nullptr) {
         envelope* next = newest->next;
         newest->next = oldest_first;
@@ -173,7 +172,6 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
         newest = next;
       }
       cell->private_head = oldest_first;
-      cell->private_tail = tail;
       if (kill) {
         halt(cell, exit_reason{exit_kind::killed, {}}, true);
         return;
@@ -182,7 +180,6 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
     if (cell->private_head == nullptr || cell->reductions_left <= 0) break;
     envelope* message = cell->private_head;
     cell->private_head = message->next;
-    if (cell->private_head == nullptr) cell->private_tail = nullptr;
     message->next = nullptr;
     if (cell->capacity != 0 && message->kind == envelope_kind::user) {
       // relaxed: frees room for senders once the message is being handled, so at most
@@ -372,7 +369,6 @@ void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) no
     cell->private_head = e->next;
     e->destroy(e);
   }
-  cell->private_tail = nullptr;
   cell->where = placement::halted;
   cell->vtable->destroy_behaviour(*cell, reason);
 

@@ -409,8 +409,7 @@ actor_ref<typename B::message_type> spawn_in(actor_system& system, const spawn_o
   if constexpr (requires(B& b, actor_context<typename B::message_type>& c) { b.on_start(c); }) {
     // Queued before anyone can see the actor: it starts Runnable, no wake needed.
     cell->mailbox.store(new start_envelope(), std::memory_order_relaxed);  // relaxed: unpublished
-    cell->state.store(actor_state::runnable, std::memory_order_relaxed);
-    cell->where = placement::woken;
+    cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: unpublished
     mode = adopt_mode::spawned_runnable;
   }
   system.send_adopt(cell, home, mode);

@@ -160,7 +160,6 @@ struct actor_cell {
 
   // --- owner-only: the home executor's scheduler ------------------------------------------
   envelope* private_head = nullptr;  // taken from the mailbox, oldest first
-  envelope* private_tail = nullptr;
   actor_cell* queue_next = nullptr;  // link in one wheel queue (FIFO)
   actor_cell* homed_previous = nullptr;  // links in the home scheduler's list of its actors
   actor_cell* homed_next = nullptr;
