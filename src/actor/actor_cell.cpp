@@ -61,13 +61,15 @@ void notification_envelope::destroy_self(envelope* e) noexcept {
 
 actor_cell::actor_cell(actor_system& owner_system, const actor_vtable& table, actor_id identity,
                        std::uint32_t home_executor, std::uint32_t mailbox_capacity,
-                       std::uint32_t quantum_reductions, bool is_pinned) noexcept
+                       std::uint32_t quantum_reductions, bool is_pinned,
+                       core::executor_domain allowed_executors) noexcept
     : vtable(&table),
       system(&owner_system),
       id(identity),
       home(home_executor),
       capacity(mailbox_capacity),
       pinned(is_pinned),
+      domain(allowed_executors),
       reductions_left(std::int32_t(quantum_reductions)),
       quantum(quantum_reductions) {}
 

@@ -316,6 +316,8 @@ bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
   for (std::uint32_t i = 0; i < actor_detail::migration_samples; ++i) {
     std::uint32_t pick = core::next_xorshift(random_state_) % (count - 1);
     if (pick >= index_) ++pick;
+    // A sample outside the actor's domain is wasted (placements are immutable: no sync).
+    if (!cell->domain.contains(core.executor_at(pick).placement())) continue;
     actor_scheduler* other = system_.find_scheduler(pick);
     const std::uint32_t other_load = other != nullptr ? other->load() : 0;
     if (other_load < best_load) {

@@ -54,11 +54,22 @@ std::uint32_t pick_home(actor_system& system, const spawn_options& options) {
     if (*options.executor >= core.executor_count()) {
       throw usage_error("spindle: spawn_options::executor names no executor");
     }
+    if (!options.domain.contains(core.executor_at(*options.executor).placement())) {
+      throw usage_error("spindle: spawn_options::executor is outside spawn_options::domain");
+    }
     return *options.executor;
   }
   const std::int32_t here = system.current_index();
-  if (here >= 0) return std::uint32_t(here);
-  return core.pick_two_choices(placement_random);
+  if (here >= 0 && options.domain.contains(core.executor_at(std::uint32_t(here)).placement())) {
+    return std::uint32_t(here);
+  }
+  if (options.domain.where == core::executor_domain::kind::any) {
+    return core.pick_two_choices(placement_random);
+  }
+  const std::optional<std::uint32_t> member = core.pick_two_choices_in(options.domain,
+                                                                       placement_random);
+  if (!member) throw usage_error("spindle: no executor of this runtime is in spawn_options::domain");
+  return *member;
 }
 
 }  // namespace actor_detail

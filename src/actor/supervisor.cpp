@@ -3,13 +3,8 @@
 #include "spindle/actor/supervisor.hpp"
 
 #include <algorithm>
-#include <cctype>
-#include <cstring>
 #include <deque>
-#include <filesystem>
-#include <fstream>
 #include <optional>
-#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -137,6 +132,7 @@ class supervisor_behaviour {
 
   static spawn_options resolve(const child_placement& placement) {
     spawn_options options;
+    options.domain = domain_of(placement);
     if (placement.where == child_placement::kind::executor) {
       options.executor = placement.value;
       options.pinned = true;
@@ -175,15 +171,15 @@ supervision_plan make_plan(const supervisor_spec& spec, core::runtime_core& core
       children[i].dependencies.push_back(std::size_t(found - spec.children.begin()));
     }
     const child_placement& p = spec.children[i].placement;
+    std::uint32_t probe = 1;
     const bool valid =
-        (p.where == child_placement::kind::any) ||
         (p.where == child_placement::kind::executor && p.value < core.executor_count()) ||
-        (p.where == child_placement::kind::numa_group && p.value < numa_group_count()) ||
-        (p.where == child_placement::kind::core_kind && p.value <= 1 &&
-         has_core_kind(child_placement::core_kind_value(p.value)));
+        (p.where != child_placement::kind::executor && p.value <= 1024 &&
+         core.pick_two_choices_in(domain_of(p), probe).has_value());
     if (!valid) {
       throw usage_error("spindle: supervisor child '" + spec.children[i].name +
-                        "' has a placement this machine cannot honour");
+                        "' has a placement no executor of this runtime can honour (a NUMA "
+                        "group or core kind needs executors bound there: runtime affinity)");
     }
   }
   return supervision_plan::create(std::move(children), spec.pattern, spec.limit, core.clock());
@@ -193,19 +189,6 @@ supervisor_ref spawn_in(actor_system& system, supervisor_spec spec, const spawn_
   supervision_plan plan = make_plan(spec, system.core());
   return actor_detail::spawn_in<supervisor_behaviour>(system, options, std::move(spec),
                                                       std::move(plan));
-}
-
-std::uint32_t count_sysfs_entries(const char* directory, const char* prefix) noexcept {
-  std::error_code error;
-  std::uint32_t count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name.size() > std::strlen(prefix) &&
-        std::isdigit(static_cast<unsigned char>(name[std::strlen(prefix)]))) {
-      ++count;
-    }
-  }
-  return count;
 }
 
 }  // namespace
@@ -220,24 +203,5 @@ supervisor_ref spawn_supervisor_here(supervisor_spec spec, const spawn_options& 
   return spawn_in(*system, std::move(spec), options);
 }
 
-std::uint32_t numa_group_count() noexcept {
-  return std::max<std::uint32_t>(1, count_sysfs_entries("/sys/devices/system/node", "node"));
-}
-
-bool has_core_kind(child_placement::core_kind_value kind) noexcept {
-  if (kind == child_placement::core_kind_value::big) return true;
-  // Little cores: an Intel hybrid part lists its efficiency cores as cpu_atom; on Arm the
-  // cores report different capacities.
-  std::error_code error;
-  if (std::filesystem::exists("/sys/devices/cpu_atom", error)) return true;
-  std::set<std::string> capacities;
-  const std::uint32_t cpus = count_sysfs_entries("/sys/devices/system/cpu", "cpu");
-  for (std::uint32_t i = 0; i < cpus; ++i) {
-    std::ifstream file("/sys/devices/system/cpu/cpu" + std::to_string(i) + "/cpu_capacity");
-    std::string value;
-    if (file >> value) capacities.insert(value);
-  }
-  return capacities.size() > 1;
-}
 
 }  // namespace spindle

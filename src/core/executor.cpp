@@ -23,9 +23,11 @@ constexpr std::uint64_t utilisation_time_constant_ns = 4'000'000;
 
 }  // namespace
 
-executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& clock)
+executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& clock,
+                   executor_placement placement)
     : core_(core),
       index_(index),
+      placement_(placement),
       timers_(clock),
       reactor_(make_reactor(core.options().io_backend)),
       random_state_(0x9e3779b9u * (index + 1) ^ std::uint32_t(reinterpret_cast<std::uintptr_t>(this))) {
@@ -33,6 +35,12 @@ executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& cloc
 }
 
 executor* executor::current() noexcept { return current_executor; }
+
+void executor::bind_thread() noexcept {
+  if (placement_.os_index == executor_placement::unknown) return;
+  // release: readers of bound_to_cpu() see the binding's outcome, not an earlier state.
+  bound_to_cpu_.store(bind_current_thread_to_cpu(placement_.os_index), std::memory_order_release);
+}
 
 std::uint32_t executor::load() const noexcept {
   return local_.size() +
@@ -143,14 +151,21 @@ runnable* executor::steal_round() noexcept {
   // Offers first: a promoted fork-join continuation waited a whole quantum to be offered and is
   // the largest piece of work around (fork-join.md).
   if (runnable* r = take_offer(start)) return r;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    const std::uint32_t victim = (start + i) % count;
-    if (victim == index_) continue;
-    if (runnable* r = core_.executor_at(victim).local().steal_into(local_)) {
-      // relaxed: single writer (this thread); readers sample.
-      stats_.steals.store(stats_.steals.load(std::memory_order_relaxed) + 1,
-                          std::memory_order_relaxed);
-      return r;
+  // Nearest victims first (same cache domain, then same NUMA node, then the rest) when
+  // executors are bound to a machine with more than one domain; one pass otherwise.
+  const std::uint32_t farthest = core_.steals_nearest_first() ? 2 : 0;
+  for (std::uint32_t distance = 0; distance <= farthest; ++distance) {
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const std::uint32_t victim = (start + i) % count;
+      if (victim == index_) continue;
+      executor& other = core_.executor_at(victim);
+      if (farthest != 0 && placement_.distance_to(other.placement()) != distance) continue;
+      if (runnable* r = other.local().steal_into(local_)) {
+        // relaxed: single writer (this thread); readers sample.
+        stats_.steals.store(stats_.steals.load(std::memory_order_relaxed) + 1,
+                            std::memory_order_relaxed);
+        return r;
+      }
     }
   }
   const std::size_t shards = count;

@@ -3,6 +3,8 @@
 #include "spindle/core/runtime_core.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "spindle/core/errors.hpp"
@@ -32,6 +34,14 @@ runtime_options validated(runtime_options options) {
   if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
     throw usage_error("spindle: fairness intervals must be at least 1");
   }
+  if (const char* forced = std::getenv("SPINDLE_AFFINITY"); forced != nullptr && *forced != 0) {
+    const std::optional<affinity_policy> policy = parse_affinity_policy(forced);
+    if (!policy) {
+      throw usage_error(std::string("spindle: SPINDLE_AFFINITY='") + forced +
+                        "' is not none, depth-first, breadth-first or random");
+    }
+    options.affinity = *policy;
+  }
   return options;
 }
 
@@ -40,6 +50,11 @@ runtime_options validated(runtime_options options) {
 runtime_core::runtime_core(runtime_options options)
     : options_(validated(std::move(options))),
       clock_(options_.clock != nullptr ? options_.clock : &steady_clock_source::instance()),
+      topology_(options_.topology != nullptr ? options_.topology : &machine_topology::discover()),
+      affinity_planner_(*topology_, options_.affinity),
+      steals_nearest_first_(options_.affinity != affinity_policy::none &&
+                            (topology_->cache_domain_count() > 1 ||
+                             topology_->numa_node_count() > 1)),
       slots_(std::make_unique<std::atomic<executor*>[]>(options_.max_executors)),
       injector_(options_.max_executors) {
   for (std::uint32_t i = 0; i < options_.max_executors; ++i) {
@@ -71,7 +86,8 @@ std::uint32_t runtime_core::append_executor() {
   if (index >= options_.max_executors) {
     throw usage_error("spindle: executor registry is full (max_executors reached)");
   }
-  owned_executors_.push_back(std::make_unique<executor>(*this, index, *clock_));
+  owned_executors_.push_back(
+      std::make_unique<executor>(*this, index, *clock_, affinity_planner_.next()));
   // release: the executor is fully constructed before readers can load its pointer.
   slots_[index].store(owned_executors_.back().get(), std::memory_order_release);
   // seq_cst: counted as unparked before it becomes visible to notifiers' should-wake checks.
@@ -88,6 +104,7 @@ void runtime_core::start_thread(std::uint32_t index) {
   workers_running_.fetch_add(1, std::memory_order_relaxed);
   threads_.emplace_back([self, index] {
     executor& e = self->executor_at(index);
+    e.bind_thread();
     if (self->options_.on_worker_start) self->options_.on_worker_start(index);
     e.run_loop();
     self->worker_exited();
@@ -112,6 +129,25 @@ std::uint32_t runtime_core::pick_two_choices(std::uint32_t& random_state) const 
   const std::uint32_t first = next() % count;
   std::uint32_t second = next() % (count - 1);
   if (second >= first) ++second;
+  return executor_at(first).load() <= executor_at(second).load() ? first : second;
+}
+
+std::optional<std::uint32_t> runtime_core::pick_two_choices_in(
+    const executor_domain& domain, std::uint32_t& random_state) const noexcept {
+  const std::uint32_t count = executor_count();
+  std::uint32_t members = 0;
+  for (std::uint32_t i = 0; i < count; ++i) members += domain.contains(executor_at(i).placement());
+  if (members == 0) return std::nullopt;
+  // The k-th member of the domain (placements are immutable, so two scans agree).
+  auto member = [&](std::uint32_t k) {
+    for (std::uint32_t i = 0; i < count; ++i) {
+      if (domain.contains(executor_at(i).placement()) && k-- == 0) return i;
+    }
+    return std::uint32_t(0);
+  };
+  const std::uint32_t first = member(next_xorshift(random_state) % members);
+  if (members == 1) return first;
+  const std::uint32_t second = member(next_xorshift(random_state) % members);
   return executor_at(first).load() <= executor_at(second).load() ? first : second;
 }
 

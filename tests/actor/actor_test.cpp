@@ -390,6 +390,66 @@ TEST(ActorMigration, SkewedStartSpreadsAndPinnedStay) {
   EXPECT_GT(spindle::actors_of(rt).scheduler(1).stats().migrations_in.load(), 0u);
 }
 
+// An actor spawned with a domain (a NUMA node here, of a synthetic two-node machine) starts in
+// it and migrates only among its executors, while load pulls it elsewhere.
+struct hungry_in_domain {
+  using message_type = int;
+  std::atomic<long>* remaining;
+  std::atomic<int>* stopped;
+  std::atomic<int>* outside;  // handlers that ran on an executor outside node 1
+  std::atomic<int>* on_three;
+  bool counted = false;
+  void receive(int, actor_context<int>& ctx) {
+    if (ctx.executor_index() < 2) outside->fetch_add(1);
+    if (ctx.executor_index() == 3 && !counted) {
+      counted = true;
+      on_three->fetch_add(1);
+    }
+    if (remaining->fetch_sub(1) <= 0) {
+      ctx.stop();
+      stopped->fetch_add(1);
+      stopped->notify_all();
+      return;
+    }
+    ctx.self().send(0);
+  }
+};
+
+TEST(ActorMigration, DomainBoundsPlacementAndMigration) {
+  const auto machine = spindle::core::machine_topology::synthetic("numa:2 l3:1 core:2 pu:1");
+  runtime rt({.workers = 4, .affinity = spindle::core::affinity_policy::depth_first,
+              .topology = &machine});
+  constexpr int actors = 12;
+  std::atomic<long> remaining{1L << 40};
+  std::atomic<int> stopped{0}, outside{0}, on_three{0};
+  std::vector<actor_ref<int>> refs;
+  for (int i = 0; i < actors; ++i) {
+    spawn_options options;
+    options.domain = spindle::core::executor_domain::on_numa_node(1);
+    options.quantum = 50;
+    if (i > 0) options.executor = 2;  // skewed: all but the first on executor 2
+    refs.push_back(spawn_actor<hungry_in_domain>(rt, options, &remaining, &stopped, &outside,
+                                                 &on_three));
+    EXPECT_GE(refs.back().home_executor(), 2u) << "spawned outside its domain";
+  }
+  for (auto& r : refs) r.send(0);
+  // Executors 0 and 1 are idle, 3 is lightly loaded: migration only ever picks 3.
+  while (on_three.load() < 4) std::this_thread::yield();
+  remaining.store(0);
+  for (int s = stopped.load(); s < actors; s = stopped.load()) stopped.wait(s);
+  EXPECT_EQ(outside.load(), 0);
+  spawn_options wrong;
+  wrong.domain = spindle::core::executor_domain::on_numa_node(1);
+  wrong.executor = 0;
+  EXPECT_THROW(spawn_actor<hungry_in_domain>(rt, wrong, &remaining, &stopped, &outside, &on_three),
+               spindle::usage_error);
+  spawn_options nowhere;
+  nowhere.domain = spindle::core::executor_domain::on_numa_node(5);
+  EXPECT_THROW(spawn_actor<hungry_in_domain>(rt, nowhere, &remaining, &stopped, &outside,
+                                             &on_three),
+               spindle::usage_error);
+}
+
 // An actor holding an io_guard (I/O in flight on its executor) is never migrated, even while
 // its executor is overloaded and others migrate away.
 struct hungry_with_io {

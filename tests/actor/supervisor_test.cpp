@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "spindle/actor/supervisor.hpp"
@@ -156,6 +157,75 @@ TEST(Supervisor, PinnedPlacementIsHonoured) {
   auto sup = spindle::spawn_supervisor(rt, std::move(spec));
   log.wait_for(1);
   EXPECT_EQ(child_handle(rt, sup, "a").home_executor(), 1u);
+}
+
+// NUMA-group and core-kind placement name the executors bound there (synthetic machines: the
+// labels are real, the threads are not bound); a restarted child stays in its group.
+TEST(Supervisor, NumaGroupPlacementIsHonouredAcrossRestarts) {
+  event_log log;
+  const auto machine = spindle::core::machine_topology::synthetic("numa:2 l3:1 core:2 pu:1");
+  runtime rt({.workers = 4, .affinity = spindle::core::affinity_policy::depth_first,
+              .topology = &machine});
+  supervisor_spec spec;
+  spec.limit = restart_limit::unlimited();
+  spec.children.push_back(child(log, "near", {}, restart_type::always, &rt));
+  spec.children.back().placement = spindle::child_placement::in_numa_group(0);
+  spec.children.push_back(child(log, "far", {}, restart_type::always, &rt));
+  spec.children.back().placement = spindle::child_placement::in_numa_group(1);
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(2);
+  auto node_of = [&](const std::string& name) {
+    return rt.core().executor_at(child_handle(rt, sup, name).home_executor()).placement().numa_node;
+  };
+  EXPECT_EQ(node_of("near"), 0u);
+  EXPECT_EQ(node_of("far"), 1u);
+  for (int i = 0; i < 10; ++i) {
+    crash(rt, sup, "far");
+    log.wait_for(3 + std::size_t(i));
+    while (!child_handle(rt, sup, "far")) std::this_thread::yield();
+    EXPECT_EQ(node_of("far"), 1u) << "restart " << i;
+  }
+}
+
+TEST(Supervisor, CoreKindPlacementIsHonoured) {
+  event_log log;
+  using spindle::core::core_kind;
+  const spindle::core::machine_topology hybrid({{0, 0, 0, 0, core_kind::big},
+                                                {1, 1, 0, 0, core_kind::big},
+                                                {2, 2, 0, 0, core_kind::little},
+                                                {3, 3, 0, 0, core_kind::little}});
+  runtime rt({.workers = 4, .affinity = spindle::core::affinity_policy::depth_first,
+              .topology = &hybrid});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "efficient", {}, restart_type::always, &rt));
+  spec.children.back().placement = spindle::child_placement::on_core_kind(core_kind::little);
+  spec.children.push_back(child(log, "fast", {}, restart_type::always, &rt));
+  spec.children.back().placement = spindle::child_placement::on_core_kind(core_kind::big);
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(2);
+  auto kind_of = [&](const std::string& name) {
+    return *rt.core().executor_at(child_handle(rt, sup, name).home_executor()).placement().kind;
+  };
+  EXPECT_EQ(kind_of("efficient"), core_kind::little);
+  EXPECT_EQ(kind_of("fast"), core_kind::big);
+}
+
+TEST(Supervisor, PlacementNoExecutorCanHonourIsRejected) {
+  event_log log;
+  const auto machine = spindle::core::machine_topology::synthetic("numa:2 l3:1 core:2 pu:1");
+  runtime rt({.workers = 4, .affinity = spindle::core::affinity_policy::depth_first,
+              .topology = &machine});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "a", {}, restart_type::always, &rt));
+  spec.children.back().placement = spindle::child_placement::in_numa_group(2);
+  EXPECT_THROW(spindle::spawn_supervisor(rt, std::move(spec)), spindle::usage_error);
+  // Unbound executors on a two-node machine are on no known node.
+  runtime floating({.workers = 2, .topology = &machine});
+  supervisor_spec unbound;
+  unbound.children.push_back(child(log, "a", {}, restart_type::always, &floating));
+  unbound.children.back().placement = spindle::child_placement::in_numa_group(0);
+  EXPECT_THROW(spindle::spawn_supervisor(floating, std::move(unbound)), spindle::usage_error);
+  EXPECT_EQ(log.size(), 0u);
 }
 
 // Random DAGs and crash schedules: the events equal the plan's decisions, in order.

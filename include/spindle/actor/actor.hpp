@@ -20,8 +20,10 @@
 //
 // Placement: spawned from a worker of the runtime, an actor starts on that worker's executor
 // (messages between actors that spawned each other stay local); from any other thread, on the
-// less loaded of two random executors; spawn_options::executor picks one. Actors move between
-// executors when that balances load (A5), unless pinned or waiting for I/O (io_guard).
+// less loaded of two random executors; spawn_options::executor picks one, and
+// spawn_options::domain restricts both the start and later moves to the executors on one NUMA
+// node or one core kind. Actors move between executors when that balances load (A5), unless
+// pinned or waiting for I/O (io_guard).
 //
 // Bounded mailboxes (A8): spawn_options::mailbox_capacity > 0 bounds the user messages queued
 // and not yet handled; send() on a full mailbox returns send_result::mailbox_full and drops the
@@ -61,6 +63,9 @@ struct exit_message {
 struct spawn_options {
   std::optional<std::uint32_t> executor;  // home executor; see "Placement" above
   bool pinned = false;                    // never migrated
+  // The executors it may live on: spawned on one of them, migrated only among them (a NUMA
+  // node or a core kind, topology.hpp). Any by default.
+  core::executor_domain domain;
   std::uint32_t mailbox_capacity = 0;     // 0: unbounded
   std::uint32_t quantum = 0;              // reductions per turn; 0: the system's default
 };
@@ -300,7 +305,8 @@ struct typed_cell final : actor_cell {
   template <class... A>
   typed_cell(actor_system& system, actor_id id, std::uint32_t home, const spawn_options& options,
              std::uint32_t quantum, A&&... args)
-      : actor_cell(system, vtable, id, home, options.mailbox_capacity, quantum, options.pinned) {
+      : actor_cell(system, vtable, id, home, options.mailbox_capacity, quantum, options.pinned,
+                   options.domain) {
     ::new (static_cast<void*>(storage)) B(std::forward<A>(args)...);
   }
   B& behaviour() noexcept { return *std::launder(reinterpret_cast<B*>(storage)); }

@@ -44,6 +44,8 @@
 #include <typeinfo>
 #include <vector>
 
+#include "spindle/core/topology.hpp"
+
 namespace spindle {
 
 class actor_system;
@@ -142,7 +144,7 @@ inline envelope* const closed_mailbox = reinterpret_cast<envelope*>(std::uintptr
 struct actor_cell {
   actor_cell(actor_system& owner_system, const actor_vtable& table, actor_id identity,
              std::uint32_t home_executor, std::uint32_t mailbox_capacity, std::uint32_t quantum,
-             bool is_pinned) noexcept;
+             bool is_pinned, core::executor_domain allowed_executors) noexcept;
 
   // --- shared: any thread -------------------------------------------------------------------
   const actor_vtable* vtable;
@@ -157,6 +159,7 @@ struct actor_cell {
   std::atomic<std::uint32_t> io_in_flight{0};    // > 0: never migrated (A5)
   std::atomic<actor_links*> links{nullptr};
   const bool pinned;
+  const core::executor_domain domain;  // where it may be placed and migrate (spawn_options)
 
   // --- owner-only: the home executor's scheduler ------------------------------------------
   envelope* private_head = nullptr;  // taken from the mailbox, oldest first

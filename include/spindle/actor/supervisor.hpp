@@ -19,9 +19,12 @@
 // whose factory throws counts as a crash of that child.
 //
 // Placement per child: any executor, one executor (the child is pinned there), a NUMA group,
-// or a core kind (big/little). Groups and kinds are validated against the machine (sysfs) when
-// the supervisor is configured; until executors are bound to cores (topology, foundation issue
-// C4) a child placed by group or kind may run on any executor.
+// or a core kind (big/little). A group or kind names the executors whose placement
+// (core/topology.hpp) is on it: the child starts on one of them and migrates only among them.
+// When the supervisor is configured, every placement must name at least one executor of the
+// runtime (usage_error otherwise): on a multi-node or hybrid machine that needs the runtime's
+// affinity policy to bind executors; an unbound executor counts as on the machine's only node
+// or kind when there is just one.
 #pragma once
 
 #include <chrono>
@@ -39,7 +42,7 @@ namespace spindle {
 
 struct child_placement {
   enum class kind : std::uint8_t { any, executor, numa_group, core_kind };
-  enum class core_kind_value : std::uint32_t { big = 0, little = 1 };
+  using core_kind_value = core::core_kind;
   kind where = kind::any;
   std::uint32_t value = 0;
 
@@ -99,8 +102,15 @@ supervisor_ref spawn_supervisor(runtime& rt, supervisor_spec spec,
 // Nested supervision: a child's factory may call this.
 supervisor_ref spawn_supervisor_here(supervisor_spec spec, const spawn_options& options = {});
 
-// Machine facts placement is checked against (sysfs; one group and one kind when unknown).
-std::uint32_t numa_group_count() noexcept;
-bool has_core_kind(child_placement::core_kind_value kind) noexcept;
+// The executors a placement names (any for `executor`: that placement also sets the executor).
+inline core::executor_domain domain_of(const child_placement& placement) noexcept {
+  switch (placement.where) {
+    case child_placement::kind::numa_group:
+      return core::executor_domain::on_numa_node(placement.value);
+    case child_placement::kind::core_kind:
+      return {core::executor_domain::kind::core_kind, placement.value};
+    default: return core::executor_domain::any();
+  }
+}
 
 }  // namespace spindle

@@ -23,7 +23,8 @@
 //   4. the injector: own shard, then the others;
 //   5. stealing (bounded number of concurrent searchers, random victims; first one item from
 //      the victims' offer boards, then half of a local queue; exponential backoff between
-//      rounds);
+//      rounds; when executors are bound to a multi-domain machine, victims nearest first:
+//      same cache domain, then same NUMA node, then the rest, topology.hpp);
 //   6. park (parking protocol in runtime_core / docs/design/parking.md); while another
 //      executor is awake, at most for the stuck-owner check interval (executor-loop.md).
 // After every `budget` runnables, and whenever the local queue runs dry, the executor polls its
@@ -45,6 +46,7 @@
 #include "spindle/core/reactor.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/core/timer_wheel.hpp"
+#include "spindle/core/topology.hpp"
 
 namespace spindle::core {
 
@@ -71,12 +73,20 @@ class executor {
  public:
   using queue_type = local_queue<runnable, 256>;
 
-  executor(runtime_core& core, std::uint32_t index, spindle::clock& clock);
+  executor(runtime_core& core, std::uint32_t index, spindle::clock& clock,
+           executor_placement placement = {});
   executor(const executor&) = delete;
   executor& operator=(const executor&) = delete;
 
   std::uint32_t index() const noexcept { return index_; }
   runtime_core& core() const noexcept { return core_; }
+  // Where the affinity policy put this executor (topology.hpp); immutable, readable by anyone.
+  const executor_placement& placement() const noexcept { return placement_; }
+  // Whether the worker thread is bound to placement().os_index (false until it starts, or if
+  // the kernel refused).
+  bool bound_to_cpu() const noexcept {
+    return bound_to_cpu_.load(std::memory_order_acquire);  // acquire: pairs with bind_thread
+  }
 
   // Shared handle: what other threads may use.
   queue_type& local() noexcept { return local_; }
@@ -116,6 +126,8 @@ class executor {
 
  private:
   friend class runtime_core;
+  // Worker thread, before its loop: binds to the placement's CPU when there is one.
+  void bind_thread() noexcept;
   runnable* next_runnable() noexcept;
   void poll_mailbox() noexcept;
   void finish_delivery(executor_message* message) noexcept;
@@ -139,6 +151,8 @@ class executor {
 
   runtime_core& core_;
   const std::uint32_t index_;
+  const executor_placement placement_;
+  std::atomic<bool> bound_to_cpu_{false};
   queue_type local_;
   executor_inbox inbox_;
   offer_board offers_;

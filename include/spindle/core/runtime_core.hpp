@@ -57,6 +57,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,7 @@
 #include "spindle/core/executor.hpp"
 #include "spindle/core/injector.hpp"
 #include "spindle/core/runnable.hpp"
+#include "spindle/core/topology.hpp"
 
 namespace spindle::core {
 
@@ -88,6 +90,14 @@ struct runtime_options {
   // I/O backend of every executor's reactor (reactor.hpp): automatic tries io_uring, then epoll;
   // the environment variable SPINDLE_IO_BACKEND=uring|epoll overrides automatic.
   spindle::core::io_backend io_backend = spindle::core::io_backend::automatic;
+  // CPU affinity of the workers (topology.hpp; docs/design/topology.md has the measurements
+  // behind the default). The environment variable SPINDLE_AFFINITY=none|depth-first|
+  // breadth-first|random overrides it. Executors added later are placed by the same policy.
+  affinity_policy affinity = affinity_policy::none;
+  // The machine the policy places executors on; null means machine_topology::discover(). A
+  // synthetic topology labels executors (stealing order, supervisor placement) without binding
+  // threads. Must outlive the runtime.
+  const machine_topology* topology = nullptr;
   // Time source; null means the steady clock. Must outlive the runtime.
   spindle::clock* clock = nullptr;
   // Called on each worker thread when it starts (e.g. to set thread names); may be empty.
@@ -125,6 +135,13 @@ class runtime_core final : public scheduler {
   }
   // Picks the less loaded of two random executors (the caller's RNG state is advanced).
   std::uint32_t pick_two_choices(std::uint32_t& random_state) const noexcept;
+  // The same among the executors in `domain`; nullopt when none is.
+  std::optional<std::uint32_t> pick_two_choices_in(const executor_domain& domain,
+                                                   std::uint32_t& random_state) const noexcept;
+  // The topology executors are placed on, and whether stealing visits victims nearest first
+  // (executors are bound and the machine has more than one cache domain or NUMA node).
+  const machine_topology& topology() const noexcept { return *topology_; }
+  bool steals_nearest_first() const noexcept { return steals_nearest_first_; }
 
   const runtime_options& options() const noexcept { return options_; }
   spindle::clock& clock() const noexcept { return *clock_; }
@@ -190,6 +207,9 @@ class runtime_core final : public scheduler {
 
   runtime_options options_;
   spindle::clock* clock_;
+  const machine_topology* topology_;
+  affinity_planner affinity_planner_;  // guarded by registry_mutex_
+  bool steals_nearest_first_;
   std::unique_ptr<std::atomic<executor*>[]> slots_;
   std::vector<std::unique_ptr<executor>> owned_executors_;  // guarded by registry_mutex_
   std::vector<std::thread> threads_;                         // guarded by registry_mutex_
