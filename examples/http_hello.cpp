@@ -2,27 +2,40 @@
 //
 //   spindle-example-http_hello [port] [threads]      (default 18080, one per core)
 //
+// Port 0 binds a free port; the "http_hello listening on 127.0.0.1:PORT" line on stderr names it.
 // One task per connection; requests are parsed with the maintained http-parser library
 // (libhttp-parser-dev), pipelined requests are answered in order, each with
-// "HTTP/1.1 200 OK ... hello". A malformed request gets "400 Bad Request" and the connection is
-// closed. Bounded waiting (slowloris): a request must arrive completely within
-// `request_timeout` of its first byte, and an idle keep-alive connection is closed after
-// `idle_timeout`; a watchdog task per connection shuts the socket down when the deadline passes.
+// "HTTP/1.1 200 OK ... hello" (HEAD: the same header, no body). A malformed request gets
+// "400 Bad Request" (after the answers to the requests before it) and the connection is closed;
+// so is one after a request that does not keep the connection alive ("Connection: close",
+// HTTP/1.0), without reading further requests.
+// Bounded waiting (slowloris): a request must arrive completely within `request_timeout` of the
+// read that brought its first byte, and a keep-alive connection is closed when no request begins
+// within `idle_timeout` of the last answer (or of the accept); bytes that begin no request (empty
+// lines) do not extend it. A watchdog task per connection shuts the socket down when the deadline
+// passes. Both limits can be set in milliseconds through the environment:
+//   SPINDLE_HTTP_REQUEST_TIMEOUT_MS (default 10000), SPINDLE_HTTP_IDLE_TIMEOUT_MS (default 60000).
 // SIGINT/SIGTERM stop the server gracefully: no new connections, the runtime then cancels the
 // open ones. accept() keeps serving after the process runs out of file descriptors (the net
-// module waits and retries).
+// module waits and retries). The I/O backend follows SPINDLE_IO_BACKEND=uring|epoll.
+// tests/examples/http_hello_test.cpp drives this program as a process.
 #include <http_parser.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <spindle/io/signals.hpp>
 #include <spindle/net/net.hpp>
 #include <spindle/spindle.hpp>
 
 #include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace {
 
@@ -30,19 +43,33 @@ using namespace std::chrono_literals;
 
 constexpr std::string_view hello_response =
     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello";
+// The answer to HEAD: the same header, no body (RFC 9110, 9.3.2).
+constexpr std::string_view hello_head_response = hello_response.substr(0, hello_response.size() - 5);
 constexpr std::string_view bad_request_response =
     "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-constexpr spindle::clock_duration request_timeout = 10s;
-constexpr spindle::clock_duration idle_timeout = 60s;
 
-// Parser state of one connection: counts completed requests and whether each keeps alive.
-struct request_counter {
+struct timeouts {
+  spindle::clock_duration request_timeout = 10s;
+  spindle::clock_duration idle_timeout = 60s;
+};
+
+// What a chunk of bytes did to the connection.
+enum class parse_result {
+  more,       // every byte parsed; the connection stays open
+  closing,    // a request that does not keep the connection alive was completed: answer, close
+  malformed,  // a parse error (or an upgrade, which this server does not speak): 400, close
+};
+
+// Parser state of one connection: counts begun requests and collects the answers to the completed
+// ones, in order.
+struct request_parser {
   http_parser parser{};
-  std::size_t completed = 0;
+  std::size_t begun = 0;  // requests whose first byte was parsed
+  std::string answers;    // to the requests completed since the last write
   bool close_after = false;
   bool in_message = false;
 
-  request_counter() {
+  request_parser() {
     http_parser_init(&parser, HTTP_REQUEST);
     parser.data = this;
   }
@@ -50,60 +77,78 @@ struct request_counter {
     static const http_parser_settings table = [] {
       http_parser_settings s{};
       s.on_message_begin = [](http_parser* p) {
-        static_cast<request_counter*>(p->data)->in_message = true;
+        auto* self = static_cast<request_parser*>(p->data);
+        ++self->begun;
+        self->in_message = true;
         return 0;
       };
       s.on_message_complete = [](http_parser* p) {
-        auto* self = static_cast<request_counter*>(p->data);
-        ++self->completed;
+        auto* self = static_cast<request_parser*>(p->data);
+        self->answers.append(p->method == HTTP_HEAD ? hello_head_response : hello_response);
         self->in_message = false;
-        if (!http_should_keep_alive(p)) self->close_after = true;
+        if (!http_should_keep_alive(p)) {
+          self->close_after = true;
+          return 1;  // stop here: whatever follows is not read (RFC 9112, 9.6)
+        }
         return 0;
       };
       return s;
     }();
     return table;
   }
-  // Feeds bytes; false on a parse error.
-  bool feed(const char* data, std::size_t size) {
+  parse_result feed(const char* data, std::size_t size) {
     const std::size_t parsed = http_parser_execute(&parser, &settings(), data, size);
-    return HTTP_PARSER_ERRNO(&parser) == HPE_OK && parsed == size;
+    if (close_after) return parse_result::closing;
+    if (HTTP_PARSER_ERRNO(&parser) != HPE_OK || parsed != size) return parse_result::malformed;
+    return parse_result::more;
   }
 };
 
-// Shuts the connection down once `deadline` passes without being pushed back.
-spindle::task<void> watchdog(spindle::net::tcp_stream& stream, const spindle::clock_time& deadline) {
+// Shuts the connection down once `deadline` passes without being pushed back. The deadline is
+// written by the connection task, which may run on another executor: hence the atomic.
+spindle::task<void> watchdog(const spindle::net::tcp_stream& stream,
+                             const std::atomic<spindle::clock_time>& deadline) {
   for (;;) {
-    const spindle::clock_time target = deadline;
-    co_await spindle::sleep_until(target);
-    if (spindle::now() >= deadline) {
-      stream.shutdown(SHUT_RDWR);  // the pending read returns 0: the connection task ends
+    co_await spindle::sleep_until(deadline.load(std::memory_order_relaxed));
+    if (spindle::now() >= deadline.load(std::memory_order_relaxed)) {
+      // The pending read returns 0 (a pending write fails): the connection task ends. A failure
+      // (a peer that reset the connection already) changes nothing.
+      ::shutdown(stream.native_handle(), SHUT_RDWR);
       co_return;
     }
   }
 }
 
-spindle::task<void> serve(spindle::net::tcp_stream stream) {
-  stream.set_no_delay(true);
-  request_counter requests;
-  spindle::clock_time deadline = spindle::now() + idle_timeout;
+spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
+  request_parser requests;
+  std::atomic<spindle::clock_time> deadline{spindle::now() + limits.idle_timeout};
   auto guard = spindle::spawn(watchdog(stream, deadline));
   std::array<std::byte, 8192> buffer;
   std::string out;
   try {
+    stream.set_no_delay(true);
     for (;;) {
       const std::size_t n = co_await stream.read(buffer);
       if (n == 0) break;
-      if (!requests.feed(reinterpret_cast<const char*>(buffer.data()), n)) {
-        co_await stream.write_all(bad_request_response);
-        break;
-      }
-      out.clear();
-      for (; requests.completed > 0; --requests.completed) out.append(hello_response);
+      const std::size_t begun_before = requests.begun;
+      const parse_result result = requests.feed(reinterpret_cast<const char*>(buffer.data()), n);
+      // In order: the requests completed before a malformed one are answered first.
+      const bool answered = !requests.answers.empty();
+      out.swap(requests.answers);
+      requests.answers.clear();
+      if (result == parse_result::malformed) out.append(bad_request_response);
       if (!out.empty()) co_await stream.write_all(out);
-      if (requests.close_after) break;
-      // A request in progress must finish soon; between requests the idle limit applies.
-      deadline = spindle::now() + (requests.in_message ? request_timeout : idle_timeout);
+      if (result != parse_result::more) break;
+      // A request in progress must be complete within request_timeout of the read that brought
+      // its first byte (later bytes do not push that back); otherwise the idle limit runs from
+      // the last answer. Bytes that begin no request (empty lines) change nothing.
+      if (requests.in_message) {
+        if (requests.begun != begun_before) {
+          deadline.store(spindle::now() + limits.request_timeout, std::memory_order_relaxed);
+        }
+      } else if (answered) {
+        deadline.store(spindle::now() + limits.idle_timeout, std::memory_order_relaxed);
+      }
     }
   } catch (const std::system_error&) {
     // reset by the peer, broken pipe: the connection is over
@@ -116,18 +161,18 @@ spindle::task<void> serve(spindle::net::tcp_stream stream) {
   co_await stream.close();
 }
 
-spindle::task<void> accept_loop(spindle::net::tcp_listener& listener) {
+spindle::task<void> accept_loop(spindle::net::tcp_listener& listener, timeouts limits) {
   for (;;) {
     spindle::net::tcp_stream connection = co_await listener.accept();
-    spindle::spawn(serve(std::move(connection))).detach();
+    spindle::spawn(serve(std::move(connection), limits)).detach();
   }
 }
 
-spindle::task<int> run_server(std::uint16_t port) {
+spindle::task<int> run_server(std::uint16_t port, timeouts limits) {
   spindle::io::signal_set stop_signals({SIGINT, SIGTERM});
   auto listener = spindle::net::tcp_listener::bind(spindle::net::endpoint::loopback_v4(port));
   std::fprintf(stderr, "http_hello listening on %s\n", listener.local_endpoint().to_string().c_str());
-  auto acceptor = spindle::spawn(accept_loop(listener));
+  auto acceptor = spindle::spawn(accept_loop(listener, limits));
   const int signal_number = co_await stop_signals.wait();
   std::fprintf(stderr, "http_hello: signal %d, stopping\n", signal_number);
   acceptor.cancel();
@@ -139,18 +184,40 @@ spindle::task<int> run_server(std::uint16_t port) {
   co_return 0;
 }
 
+// Sets `value` from the environment variable `name` (milliseconds) if it is set; false (after a
+// message) if it is not a positive number.
+bool timeout_from_env(const char* name, spindle::clock_duration& value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return true;
+  char* end = nullptr;
+  errno = 0;
+  const long long ms = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || ms <= 0) {
+    std::fprintf(stderr, "http_hello: %s=%s is not a positive number of milliseconds\n", name, text);
+    return false;
+  }
+  value = std::chrono::milliseconds(ms);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int port = argc > 1 ? std::atoi(argv[1]) : 18080;
   const int threads = argc > 2 ? std::atoi(argv[2]) : 0;
-  if (port <= 0 || port > 65535 || threads < 0) {
+  const bool any_port = argc > 1 && std::string_view(argv[1]) == "0";
+  if ((port <= 0 && !any_port) || port > 65535 || threads < 0) {
     std::fprintf(stderr, "usage: %s [port] [threads]\n", argv[0]);
+    return 2;
+  }
+  timeouts limits;
+  if (!timeout_from_env("SPINDLE_HTTP_REQUEST_TIMEOUT_MS", limits.request_timeout) ||
+      !timeout_from_env("SPINDLE_HTTP_IDLE_TIMEOUT_MS", limits.idle_timeout)) {
     return 2;
   }
   // Before any thread exists, so every worker inherits the mask and the signals reach the
   // signalfd instead of killing the process.
   spindle::io::block_signals({SIGINT, SIGTERM});
   spindle::runtime rt({.workers = std::uint32_t(threads)});
-  return rt.block_on(run_server(std::uint16_t(port)));
+  return rt.block_on(run_server(std::uint16_t(port), limits));
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs the test suite, preset by preset:
-#   release     all tests: unit, stress, Relacy models, package consumer
+#   release     all tests: unit, stress, Relacy models, package consumer, example programs
 #   tsan        unit + stress under ThreadSanitizer
 #               (TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1", set by the tsan test preset)
 #   asan-ubsan  unit tests under AddressSanitizer + UBSan
