@@ -160,6 +160,17 @@ measurement run_reduce(long count, int threads) {
   return {seconds_since(start), result, expected};
 }
 
+// SPINDLE_BENCH_STATISTICS=1: per-executor counters on stderr (warm-up run included).
+void print_executor_statistics(spindle::runtime& rt) {
+  auto& core = rt.core();
+  for (std::uint32_t i = 0; i < core.executor_count(); ++i) {
+    const auto& s = core.executor_at(i).stats();
+    std::fprintf(stderr, "executor %u: runnables=%llu steals=%llu parks=%llu\n", i,
+                 (unsigned long long)s.runnables_run.load(), (unsigned long long)s.steals.load(),
+                 (unsigned long long)s.parks.load());
+  }
+}
+
 // --- submit: a thread the runtime does not own submits N empty tasks, waits for all ----------
 measurement run_submit(long count, int threads) {
   spindle::runtime rt({.workers = std::uint32_t(threads)});
@@ -180,6 +191,7 @@ measurement run_submit(long count, int threads) {
   };
   round(count / 10);
   const double seconds = round(count);
+  if (std::getenv("SPINDLE_BENCH_STATISTICS") != nullptr) print_executor_statistics(rt);
   return {seconds, done.load(), count};
 }
 

@@ -29,7 +29,7 @@ executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& cloc
       index_(index),
       placement_(placement),
       timers_(clock),
-      reactor_(make_reactor(core.options().io_backend)),
+      reactor_(make_reactor(core.options().io_backend, core.options().reactor)),
       random_state_(0x9e3779b9u * (index + 1) ^ std::uint32_t(reinterpret_cast<std::uintptr_t>(this))) {
   if (random_state_ == 0) random_state_ = 1;
 }

@@ -18,6 +18,10 @@ const char* to_string(io_backend backend) noexcept {
 }
 
 std::unique_ptr<reactor> make_reactor(io_backend requested) {
+  return make_reactor(requested, reactor_options{});
+}
+
+std::unique_ptr<reactor> make_reactor(io_backend requested, const reactor_options& options) {
   if (requested == io_backend::automatic) {
     if (const char* forced = std::getenv("SPINDLE_IO_BACKEND")) {
       if (std::strcmp(forced, "epoll") == 0) requested = io_backend::epoll;
@@ -28,7 +32,7 @@ std::unique_ptr<reactor> make_reactor(io_backend requested) {
   }
   if (requested != io_backend::epoll) {
     int error = 0;
-    if (auto uring = make_uring_reactor(error)) return uring;
+    if (auto uring = make_uring_reactor(options, error)) return uring;
     // ENOSYS (no io_uring), EPERM (seccomp, io_uring_disabled), ENOMEM (locked-memory limit):
     // fall back, unless io_uring was demanded explicitly.
     if (requested == io_backend::uring) {

@@ -108,7 +108,7 @@ inline void complete(io_operation* op, io_fault_hook hook) noexcept {
   op->on_complete(op);
 }
 
-std::unique_ptr<reactor> make_uring_reactor(int& error);
+std::unique_ptr<reactor> make_uring_reactor(const reactor_options& options, int& error);
 std::unique_ptr<reactor> make_epoll_reactor();
 
 }  // namespace spindle::core

@@ -11,11 +11,32 @@
 // flight, and waits in io_uring_submit_and_wait_timeout for one completion or the timeout; with
 // none it parks on the state word itself (a futex), which is cheaper to wake. unpark() exchanges
 // the state to notified and makes a system call only if it replaced a parked state, so waking a
-// running executor costs one atomic exchange.
+// running executor costs one atomic exchange. wait() never blocks once it has delivered a
+// completion (submitting into a full ring reaps, see below): the task that completion woke is on
+// this executor's own queue, and nothing else would wake the owner for it.
 //
-// Full submission queue: io_uring_get_sqe returning null means the SQ ring is full; we submit
-// (which empties it) and retry. -EBUSY from the submit means the kernel holds overflowed
-// completions (IORING_FEAT_NODROP): we reap, then retry. Nothing is ever dropped (I2).
+// Full submission queue (I2, never drop): every SQE comes from next_sqe(), and io_uring_get_sqe
+// returning null there means the SQ ring is full: we submit what is queued (which empties it)
+// and retry. A submission the kernel refuses (-EBUSY: it holds overflowed completions on old
+// kernels; -EAGAIN: it could not allocate requests) leaves the entries queued: we reap, then
+// retry (submit_queued, the poll() and wait() loops) or leave them for the next poll()/wait(),
+// which submits whatever is queued. Reaping inside submit(), cancel() or drain() runs callbacks
+// there: drain() walks the in-flight list through `drain_cursor_`, which reap() moves past an
+// operation it removes. The calls that take an SQE: submit() (operation_sqe), cancel() and
+// drain() (cancel_sqe), wait() arming the wake-up read (wake_sqe); the calls that enter the
+// kernel: submit_queued (submit), poll() (submit_and_get_events, get_events), wait()
+// (submit_and_wait), drain() (drain_wait). Each is an io_sq_point where the test hook
+// (reactor::set_sq_fault_hook) can say "full" instead.
+//
+// Completion queue overflow: we require IORING_FEAT_NODROP (else the set-up fails and
+// make_reactor falls back to epoll): completions the CQ ring has no room for wait in the kernel's
+// overflow list, flagged by IORING_SQ_CQ_OVERFLOW, until an io_uring_enter with GETEVENTS moves
+// them onto the ring. wait() and drain() always enter that way; poll() does too with
+// DEFER_TASKRUN, but moves at most a ring's worth per call and, without DEFER_TASKRUN, does not
+// enter at all: so poll() ends by moving and reaping until the flag clears (flush_overflow), and
+// a busy executor that never parks still sees every completion. (A completion the kernel could
+// not even queue, under memory pressure, is lost: Linux reports it once with -EBADR from
+// io_uring_enter; nothing can recover its operation.)
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -35,29 +56,39 @@ namespace {
 
 constexpr std::uint64_t wake_tag = 0;
 constexpr std::uint64_t ignore_tag = 1;
-constexpr unsigned ring_entries = 256;
 
 class uring_reactor final : public reactor {
  public:
-  explicit uring_reactor(int& error) {
+  uring_reactor(const reactor_options& options, int& error) {
     // Newest set-up first (Linux 6.1 has all of these): one issuer, task work deferred to our
     // own io_uring_enter calls (completions are processed when we ask, not at arbitrary system
     // call exits where they contend for socket locks), created disabled so the worker thread,
     // not the thread building the executor, becomes the issuer (attach_owner).
     constexpr unsigned preferred =
         IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+    const unsigned cq_size = options.uring_cq_entries != 0 ? unsigned(IORING_SETUP_CQSIZE) : 0u;
+    unsigned features = 0;
+    error = EINVAL;
     for (const unsigned flags : {preferred, unsigned(IORING_SETUP_COOP_TASKRUN), 0u}) {
+      if (!options.uring_defer_taskrun && (flags & IORING_SETUP_DEFER_TASKRUN) != 0) continue;
       io_uring_params params{};
-      params.flags = flags;
-      error = -io_uring_queue_init_params(ring_entries, &ring_, &params);
+      params.flags = flags | cq_size;
+      params.cq_entries = options.uring_cq_entries;
+      error = -io_uring_queue_init_params(options.uring_sq_entries, &ring_, &params);
       if (error == 0) {
         setup_flags_ = flags;
+        features = params.features;
         break;
       }
       if (error != EINVAL) return;  // ENOSYS, EPERM, ENOMEM: no io_uring at all
     }
     if (error != 0) return;
     ring_ready_ = true;
+    // Without NODROP an overflowing completion queue loses completions (Linux < 5.5).
+    if ((features & IORING_FEAT_NODROP) == 0) {
+      error = EOPNOTSUPP;
+      return;
+    }
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) error = errno;
   }
@@ -80,14 +111,14 @@ class uring_reactor final : public reactor {
   }
 
   void submit(io_operation* operation) noexcept override {
-    io_uring_sqe* sqe = next_sqe();
+    io_uring_sqe* sqe = next_sqe(io_sq_point::operation_sqe);
     prepare(sqe, operation);
     io_uring_sqe_set_data64(sqe, reinterpret_cast<std::uintptr_t>(operation));
     in_flight_.insert(operation);
   }
 
   void cancel(std::uintptr_t operation_id) noexcept override {
-    io_uring_sqe* sqe = next_sqe();
+    io_uring_sqe* sqe = next_sqe(io_sq_point::cancel_sqe);
     io_uring_prep_cancel64(sqe, operation_id, 0);
     io_uring_sqe_set_data64(sqe, ignore_tag);
   }
@@ -97,26 +128,35 @@ class uring_reactor final : public reactor {
       // Deferred task work runs only inside io_uring_enter: submit and collect in one call.
       int rc;
       do {
-        rc = io_uring_submit_and_get_events(&ring_);
+        rc = enter(io_sq_point::submit_and_get_events,
+                   [this] { return io_uring_submit_and_get_events(&ring_); });
         if (rc == -EBUSY) reap();
       } while (rc == -EBUSY || rc == -EINTR);
+      // -EAGAIN: what is queued stays queued for the next poll()/wait().
     } else if (io_uring_sq_ready(&ring_) != 0) {
       submit_queued();
     }
     reap();
+    flush_overflow();
   }
 
   std::size_t in_flight() const noexcept override { return in_flight_.size(); }
 
   void drain() noexcept override {
-    for (io_operation* op = in_flight_.first(); op != nullptr; op = op->next_in_flight) {
+    // cancel() may reap (a full SQ the kernel refused), running callbacks and removing
+    // operations from the list, the next one included: walk through drain_cursor_ (see reap()).
+    drain_cursor_ = in_flight_.first();
+    while (io_operation* op = drain_cursor_) {
+      drain_cursor_ = op->next_in_flight;
       cancel(reinterpret_cast<std::uintptr_t>(op));
     }
     if (wake_read_armed_) cancel(wake_tag);
     while (!in_flight_.empty() || wake_read_armed_) {
       __kernel_timespec ten_ms{0, 10'000'000};
       io_uring_cqe* cqe = nullptr;
-      const int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ten_ms, nullptr);
+      const int rc = enter(io_sq_point::drain_wait, [&] {
+        return io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ten_ms, nullptr);
+      });
       reap();
       // A ring that cannot be entered (EEXIST: not the issuer; EBADFD: never enabled) will
       // never complete anything: its requests never reached the kernel.
@@ -133,9 +173,12 @@ class uring_reactor final : public reactor {
       poll();
       return;
     }
+    // Submitting may reap (a full ring): a completion delivered here woke a task onto this
+    // executor's queue, so from then on this wait must not block (see the design comment).
+    const std::uint64_t delivered_before = delivered_;
     if (io_uring_sq_ready(&ring_) != 0) submit_queued();
     if (in_flight_.empty()) {
-      if (parking_.begin_park(park_state::parked_futex)) {
+      if (delivered_ == delivered_before && parking_.begin_park(park_state::parked_futex)) {
         parking_.wait_on_futex(timeout);
         parking_.end_park();
       }
@@ -143,7 +186,7 @@ class uring_reactor final : public reactor {
       return;
     }
     if (!wake_read_armed_) arm_wake_read();
-    if (parking_.begin_park(park_state::parked_kernel)) {
+    if (delivered_ == delivered_before && parking_.begin_park(park_state::parked_kernel)) {
       __kernel_timespec relative{};
       __kernel_timespec* relative_pointer = nullptr;
       if (timeout) {
@@ -154,9 +197,12 @@ class uring_reactor final : public reactor {
       io_uring_cqe* cqe = nullptr;
       int rc;
       do {
-        rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, relative_pointer, nullptr);
+        rc = enter(io_sq_point::submit_and_wait, [&] {
+          return io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, relative_pointer, nullptr);
+        });
         if (rc == -EBUSY) reap();  // overflowed completions first
-      } while (rc == -EBUSY || rc == -EINTR);
+      } while ((rc == -EBUSY || rc == -EINTR) && delivered_ == delivered_before);
+      // -EAGAIN: nothing was submitted; return, the executor's next wait() tries again.
       parking_.end_park();
     }
     reap();
@@ -165,28 +211,54 @@ class uring_reactor final : public reactor {
   void unpark() noexcept override { parking_.unpark(wake_fd_); }
 
  private:
-  io_uring_sqe* next_sqe() noexcept {
+  // Non-zero if the test hook says the queue is full at `point` (sq_fault_hook_ is null unless a
+  // test set it: one predictable branch).
+  int injected(io_sq_point point) const noexcept {
+    if (sq_fault_hook_ == nullptr) [[likely]] return 0;
+    return sq_fault_hook_(point);
+  }
+
+  // `call` (a system call of liburing's, returning >= 0 or -errno), unless the hook fakes a
+  // refusal at `point`.
+  template <class Call>
+  int enter(io_sq_point point, Call call) noexcept {
+    if (const int fake = injected(point); fake != 0) return fake;
+    return call();
+  }
+
+  io_uring_sqe* next_sqe(io_sq_point point) noexcept {
     for (;;) {
-      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
+      if (injected(point) == 0) {
+        if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
+      }
       submit_queued();  // the SQ ring is full: hand it to the kernel, then there is room
     }
   }
 
   void submit_queued() noexcept {
     for (;;) {
-      const int rc = io_uring_submit(&ring_);
+      const int rc = enter(io_sq_point::submit, [this] { return io_uring_submit(&ring_); });
       if (rc >= 0 || (rc != -EBUSY && rc != -EAGAIN && rc != -EINTR)) return;
       reap();  // -EBUSY/-EAGAIN: completions must be reaped before the kernel takes more
     }
   }
 
+  // Moves completions held in the kernel's overflow list onto the CQ ring and reaps them, until
+  // none is left or nothing moves (the design comment: poll() alone must see every completion).
+  void flush_overflow() noexcept {
+    while (io_uring_cq_has_overflow(&ring_)) {
+      const int rc = enter(io_sq_point::get_events, [this] { return io_uring_get_events(&ring_); });
+      if (rc < 0 && rc != -EBUSY && rc != -EAGAIN && rc != -EINTR) return;  // e.g. -EEXIST
+      if (reap() == 0 && rc >= 0) return;  // the flag is set but nothing came: don't spin
+    }
+  }
+
   void arm_wake_read() noexcept {
-    io_uring_sqe* sqe = next_sqe();
+    io_uring_sqe* sqe = next_sqe(io_sq_point::wake_sqe);
     io_uring_prep_read(sqe, wake_fd_, &wake_buffer_, sizeof wake_buffer_, 0);
     io_uring_sqe_set_data64(sqe, wake_tag);
     wake_read_armed_ = true;
   }
-
   static void prepare(io_uring_sqe* sqe, io_operation* op) noexcept {
     const std::uint64_t offset = op->offset < 0 ? std::uint64_t(-1) : std::uint64_t(op->offset);
     switch (op->opcode) {
@@ -227,7 +299,10 @@ class uring_reactor final : public reactor {
     }
   }
 
-  void reap() noexcept {
+  // Collects what the CQ ring holds, then runs the callbacks; returns the CQEs seen. May be
+  // re-entered from a callback that submits into a full ring: each operation is delivered once,
+  // by whichever call pops it from `completed_`.
+  unsigned reap() noexcept {
     io_uring_cqe* cqe = nullptr;
     unsigned head = 0, seen = 0;
     // Completion callbacks may submit more (a task resumed later does, not the callback itself,
@@ -240,12 +315,17 @@ class uring_reactor final : public reactor {
       } else if (tag != ignore_tag) {
         auto* op = reinterpret_cast<io_operation*>(tag);
         op->result = cqe->res;
+        if (op == drain_cursor_) drain_cursor_ = op->next_in_flight;
         in_flight_.remove(op);
         completed_.push_back(op);
       }
     }
     io_uring_cq_advance(&ring_, seen);
-    while (io_operation* op = completed_.pop_front()) complete(op, fault_hook_);
+    while (io_operation* op = completed_.pop_front()) {
+      ++delivered_;
+      complete(op, fault_hook_);
+    }
+    return seen;
   }
 
   io_uring ring_{};
@@ -257,12 +337,14 @@ class uring_reactor final : public reactor {
   park_state parking_;
   in_flight_list in_flight_;
   operation_fifo completed_;
+  std::uint64_t delivered_ = 0;              // completions delivered so far (wait())
+  io_operation* drain_cursor_ = nullptr;     // drain()'s next operation to cancel
 };
 
 }  // namespace
 
-std::unique_ptr<reactor> make_uring_reactor(int& error) {
-  auto result = std::make_unique<uring_reactor>(error);
+std::unique_ptr<reactor> make_uring_reactor(const reactor_options& options, int& error) {
+  auto result = std::make_unique<uring_reactor>(options, error);
   if (error != 0) return nullptr;
   return result;
 }

@@ -179,7 +179,9 @@ void runtime_core::schedule(runnable* r, schedule_hint hint) noexcept {
   --placement.uses_left;
   const std::uint32_t target = placement.target;
   injector_.push(target, r);
-  notify_work_available(target);
+  // No fence: the push counted the item with a seq_cst read-modify-write, which already orders
+  // the publication before our seq_cst load of the idle state (parking.md).
+  wake_one_if_idle(target);
 }
 
 void runtime_core::schedule_on(std::uint32_t executor_index, runnable* r) noexcept {

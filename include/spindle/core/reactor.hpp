@@ -21,10 +21,17 @@
 // executor), and drain() when it leaves its loop at shutdown: every operation in flight is
 // cancelled and its final completion reaped (callbacks run, waking tasks that shutdown then
 // drops), so no buffer is ever written after its owner was destroyed.
+//
+// Test hooks (owner thread; null, the default, costs one predictable branch where consulted):
+// set_fault_hook rewrites results before delivery (EAGAIN, ECANCELED, ENOBUFS, short transfers);
+// set_sq_fault_hook makes the io_uring backend behave as if its submission queue were full at a
+// chosen io_sq_point. make_reactor's reactor_options size the ring (a tiny completion queue to
+// force overflow) and pick the older set-up without IORING_SETUP_DEFER_TASKRUN.
 #pragma once
 
 #include <sys/socket.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -82,6 +89,41 @@ struct io_operation {
 // (fault injection: EAGAIN, ECANCELED, ENOBUFS, short transfers). Called on the owner thread.
 using io_fault_hook = void (*)(io_operation* operation) noexcept;
 
+// The places where the io_uring backend takes a submission queue entry or hands the queue to the
+// kernel: where a test can make it behave as if the queue were full (io_sq_fault_hook).
+enum class io_sq_point : std::uint8_t {
+  operation_sqe,          // submit(): io_uring_get_sqe for an operation
+  cancel_sqe,             // cancel(), drain(): io_uring_get_sqe for a cancel request
+  wake_sqe,               // wait(): io_uring_get_sqe for the read on the wake-up eventfd
+  submit,                 // io_uring_submit: a full SQ, poll() without DEFER_TASKRUN, wait()
+  submit_and_get_events,  // poll() with DEFER_TASKRUN
+  submit_and_wait,        // wait(): parking in the kernel
+  drain_wait,             // drain(): waiting for the final completions
+  get_events,             // poll(): moving overflowed completions onto the CQ ring
+};
+constexpr std::size_t io_sq_point_count = 8;
+static_assert(std::size_t(io_sq_point::get_events) + 1 == io_sq_point_count);
+
+// Optional test hook (io_uring only: epoll has no submission queue), called at each io_sq_point
+// on the owner thread. 0: go ahead. Anything else: at an *_sqe point, io_uring_get_sqe is taken
+// to have returned null (the SQ is full); at the others the value (-EAGAIN or -EBUSY) is taken
+// as the system call's result, which is not made. The backend retries (submits what is queued,
+// reaps, tries again), so the hook must let every point through eventually: count per point
+// (a single counter shared by all points can answer "full" to the same point forever).
+using io_sq_fault_hook = int (*)(io_sq_point point) noexcept;
+
+// How make_reactor builds a reactor; the defaults are what the runtime uses.
+struct reactor_options {
+  // io_uring submission queue entries (the kernel rounds up to a power of two) and completion
+  // queue entries (0: twice the SQ, the kernel's default; else at least the SQ's, e.g. a tiny CQ
+  // to force overflow in tests).
+  unsigned uring_sq_entries = 256;
+  unsigned uring_cq_entries = 0;
+  // false: skip IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN | R_DISABLED and start from the set-up
+  // older kernels get (COOP_TASKRUN), so tests cover both paths of poll().
+  bool uring_defer_taskrun = true;
+};
+
 class reactor : public park_driver {
  public:
   virtual io_backend backend() const noexcept = 0;
@@ -104,14 +146,20 @@ class reactor : public park_driver {
 
   // Test hook for fault injection (see io_fault_hook); null disables it.
   void set_fault_hook(io_fault_hook hook) noexcept { fault_hook_ = hook; }
+  // Test hook making the submission queue look full (see io_sq_fault_hook); null disables it.
+  // Owner thread. Ignored by the epoll backend.
+  void set_sq_fault_hook(io_sq_fault_hook hook) noexcept { sq_fault_hook_ = hook; }
 
  protected:
   io_fault_hook fault_hook_ = nullptr;
+  io_sq_fault_hook sq_fault_hook_ = nullptr;
 };
 
 // The one place a backend is chosen: `requested`, unless it is automatic and the environment
 // variable SPINDLE_IO_BACKEND says uring or epoll; automatic tries io_uring first and falls back
-// to epoll when io_uring cannot be set up (ENOSYS, EPERM under seccomp, ENOMEM).
+// to epoll when io_uring cannot be set up (ENOSYS, EPERM under seccomp, ENOMEM). Without
+// `options`, the defaults (what the runtime's executors use).
 std::unique_ptr<reactor> make_reactor(io_backend requested);
+std::unique_ptr<reactor> make_reactor(io_backend requested, const reactor_options& options);
 
 }  // namespace spindle::core

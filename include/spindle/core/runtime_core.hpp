@@ -90,6 +90,8 @@ struct runtime_options {
   // I/O backend of every executor's reactor (reactor.hpp): automatic tries io_uring, then epoll;
   // the environment variable SPINDLE_IO_BACKEND=uring|epoll overrides automatic.
   spindle::core::io_backend io_backend = spindle::core::io_backend::automatic;
+  // Ring sizes and set-up of every executor's reactor (reactor.hpp).
+  spindle::core::reactor_options reactor{};
   // CPU affinity of the workers (topology.hpp; docs/design/topology.md has the measurements
   // behind the default). The environment variable SPINDLE_AFFINITY=none|depth-first|
   // breadth-first|random overrides it. Executors added later are placed by the same policy.
