@@ -286,6 +286,19 @@ TEST(Actor, BoundedMailboxRefusesWhenFullThenAcceptsAgain) {
 // --- the scheduling wheel (A3, A4) -------------------------------------------------------------
 
 // A CPU-hungry actor: every message sends itself the next one, until the shared budget is out.
+// One message of CPU-hungry work: counts it against `remaining`; once that runs out, the actor
+// stops and says so, else it sends itself the next message.
+void work_or_stop(std::atomic<long>* remaining, std::atomic<int>* stopped,
+                  actor_context<int>& ctx) {
+  if (remaining->fetch_sub(1) <= 0) {
+    ctx.stop();
+    stopped->fetch_add(1);
+    stopped->notify_all();
+    return;
+  }
+  ctx.self().send(0);
+}
+
 struct hungry {
   using message_type = int;
   std::atomic<long>* remaining;
@@ -293,13 +306,7 @@ struct hungry {
   std::atomic<int>* stopped;
   void receive(int, actor_context<int>& ctx) {
     ++*handled;
-    if (remaining->fetch_sub(1) <= 0) {
-      ctx.stop();
-      stopped->fetch_add(1);
-      stopped->notify_all();
-      return;
-    }
-    ctx.self().send(0);
+    work_or_stop(remaining, stopped, ctx);
   }
 };
 
@@ -405,13 +412,7 @@ struct hungry_in_domain {
       counted = true;
       on_three->fetch_add(1);
     }
-    if (remaining->fetch_sub(1) <= 0) {
-      ctx.stop();
-      stopped->fetch_add(1);
-      stopped->notify_all();
-      return;
-    }
-    ctx.self().send(0);
+    work_or_stop(remaining, stopped, ctx);
   }
 };
 

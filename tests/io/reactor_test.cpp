@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/io_test_support.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -46,51 +47,6 @@ using spindle::core::io_backend;
 using spindle::core::io_opcode;
 using spindle::core::io_operation;
 using namespace spindle::testing;
-
-// --- descriptors -----------------------------------------------------------------------------
-
-struct fd_pair {
-  int read_end = -1;
-  int write_end = -1;
-  fd_pair() = default;
-  fd_pair(const fd_pair&) = delete;
-  fd_pair& operator=(const fd_pair&) = delete;
-  ~fd_pair() { close_both(); }
-  void close_both() {
-    if (read_end >= 0) ::close(read_end);
-    if (write_end >= 0) ::close(write_end);
-    read_end = write_end = -1;
-  }
-};
-
-void make_pipe(fd_pair& p, bool nonblocking = true) {
-  int fds[2];
-  ASSERT_EQ(::pipe2(fds, O_CLOEXEC | (nonblocking ? O_NONBLOCK : 0)), 0) << std::strerror(errno);
-  p.read_end = fds[0];
-  p.write_end = fds[1];
-}
-
-void make_socketpair(fd_pair& p, int type = SOCK_STREAM) {
-  int fds[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0)
-      << std::strerror(errno);
-  p.read_end = fds[0];
-  p.write_end = fds[1];
-}
-
-// Reads what `fd` has now without blocking (a plain syscall, outside the runtime).
-std::string read_available(int fd) {
-  std::string out;
-  char chunk[4096];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) <= 0 || (p.revents & POLLIN) == 0) break;
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n <= 0) break;
-    out.append(chunk, std::size_t(n));
-  }
-  return out;
-}
 
 // --- operations ------------------------------------------------------------------------------
 
@@ -770,25 +726,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, IoReactor,
                          });
 
 // --- the reactor alone: the test thread is the owner -----------------------------------------
-
-struct recorded {
-  int calls = 0;
-  std::int32_t result = 0;
-};
-
-void record(io_operation* op) noexcept {
-  auto* r = static_cast<recorded*>(op->context);
-  ++r->calls;
-  r->result = op->result;
-}
-
-io_operation recorded_op(io_opcode opcode, int fd, recorded& r, void* buffer = nullptr,
-                         std::uint32_t length = 0) {
-  io_operation op = make_op(opcode, fd, buffer, length);
-  op.on_complete = &record;
-  op.context = &r;
-  return op;
-}
 
 // Drives `reactor` (waits of at most 10 ms) until `done()` holds; false after 10 s.
 template <class Done>

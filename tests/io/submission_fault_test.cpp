@@ -50,6 +50,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/io_test_support.hpp"
 #include "net/net_test_support.hpp"
 #include "support/test_support.hpp"
 
@@ -142,24 +143,6 @@ std::unique_ptr<spindle::core::reactor> uring_reactor(const reactor_options& opt
 
 // --- descriptors and operations --------------------------------------------------------------
 
-struct fd_pair {
-  int read_end = -1;
-  int write_end = -1;
-  fd_pair() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
-      read_end = fds[0];
-      write_end = fds[1];
-    }
-  }
-  fd_pair(const fd_pair&) = delete;
-  fd_pair& operator=(const fd_pair&) = delete;
-  ~fd_pair() {
-    if (read_end >= 0) ::close(read_end);
-    if (write_end >= 0) ::close(write_end);
-  }
-};
-
 struct fd_owner {
   int fd = -1;
   ~fd_owner() {
@@ -167,41 +150,6 @@ struct fd_owner {
   }
 };
 
-// What the pipe holds now, read without blocking (a plain system call).
-std::string read_available(int fd) {
-  std::string out;
-  char chunk[4096];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) <= 0 || (p.revents & POLLIN) == 0) break;
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n <= 0) break;
-    out.append(chunk, std::size_t(n));
-  }
-  return out;
-}
-
-struct recorded {
-  int calls = 0;
-  std::int32_t result = 0;
-};
-
-void record(io_operation* op) noexcept {
-  auto* r = static_cast<recorded*>(op->context);
-  ++r->calls;
-  r->result = op->result;
-}
-
-io_operation recorded_op(io_opcode opcode, int fd, recorded& r, void* buffer, std::uint32_t length) {
-  io_operation op;
-  op.opcode = opcode;
-  op.fd = fd;
-  op.buffer = buffer;
-  op.length = length;
-  op.on_complete = &record;
-  op.context = &r;
-  return op;
-}
 
 // Drains `reactor` when it goes out of scope: declared after the operations and buffers of a
 // section, it makes sure a failed assertion never leaves the kernel an operation whose memory is
@@ -250,7 +198,7 @@ bool is_permutation_of_indices(const std::vector<std::uint32_t>& values) {
 // `count` reads of one 4-byte record each on `p`, submitted and armed (the pipe is empty), then
 // satisfied by one write of records 0..count-1; driven by poll() alone when `by_polling`.
 void reads_satisfied_at_once(spindle::core::reactor& reactor, int count, bool by_polling) {
-  fd_pair p;
+  fd_pair p{nonblocking_pipe};
   ASSERT_GE(p.read_end, 0);
   std::vector<recorded> records(static_cast<std::size_t>(count));
   std::vector<std::uint32_t> values(static_cast<std::size_t>(count), 0xffffffffu);
@@ -320,7 +268,7 @@ TEST_P(SqFullDirect, EveryPointRetriesToTheExactData) {
 
   // 2. Writes: every record arrives once, whole.
   {
-    fd_pair p;
+    fd_pair p{nonblocking_pipe};
     ASSERT_GE(p.read_end, 0);
     constexpr int count = 100;
     std::vector<recorded> records(count);
@@ -351,7 +299,7 @@ TEST_P(SqFullDirect, EveryPointRetriesToTheExactData) {
   // 3. Cancellation: every read ends with -ECANCELED, exactly once, its buffer untouched; what
   //    is written afterwards is all still there.
   {
-    fd_pair p;
+    fd_pair p{nonblocking_pipe};
     ASSERT_GE(p.read_end, 0);
     constexpr int count = 50;
     std::vector<recorded> records(count);
@@ -379,7 +327,7 @@ TEST_P(SqFullDirect, EveryPointRetriesToTheExactData) {
 
   // 4. drain() with reads in flight, some submitted, some only queued.
   {
-    fd_pair p;
+    fd_pair p{nonblocking_pipe};
     ASSERT_GE(p.read_end, 0);
     constexpr int count = 50;
     std::vector<recorded> records(count);
@@ -469,7 +417,7 @@ class SqFullEdges : public ::testing::TestWithParam<bool> {
 TEST_P(SqFullEdges, WaitNeverBlocksAfterDeliveringACompletion) {
   auto reactor = make(4, 8);
   if (!reactor) GTEST_SKIP() << "io_uring cannot be set up here";
-  fd_pair idle, busy;
+  fd_pair idle{nonblocking_pipe}, busy{nonblocking_pipe};
   ASSERT_GE(idle.read_end, 0);
   ASSERT_GE(busy.read_end, 0);
   recorded reader, writer;
@@ -502,7 +450,7 @@ TEST_P(SqFullEdges, DrainCancelsEveryOperationWhileItsCancelsReap) {
   auto reactor = make(4, 64);  // room in the CQ: every completed write waits there, unreaped
   if (!reactor) GTEST_SKIP() << "io_uring cannot be set up here";
   constexpr int count = 20;
-  fd_pair idle, busy;
+  fd_pair idle{nonblocking_pipe}, busy{nonblocking_pipe};
   ASSERT_GE(idle.read_end, 0);
   ASSERT_GE(busy.read_end, 0);
   std::vector<recorded> readers(count), writers(count);
@@ -785,7 +733,7 @@ TEST_P(SqFullRuntime, CancellationLosesNoData) {
   constexpr int count = 64;
   std::vector<std::unique_ptr<fd_pair>> pipes;
   for (int i = 0; i < count; ++i) {
-    pipes.push_back(std::make_unique<fd_pair>());
+    pipes.push_back(std::make_unique<fd_pair>(nonblocking_pipe));
     ASSERT_GE(pipes.back()->read_end, 0);
   }
   std::vector<std::array<char, 4>> buffers(count);
@@ -829,7 +777,7 @@ TEST_P(SqFullRuntime, CancellationLosesNoData) {
     EXPECT_GE(cancelled, count / 2);
 
     // 2. with_timeout: timers cancel reads, over and over; then the data arrives exact.
-    fd_pair p;
+    fd_pair p{nonblocking_pipe};
     EXPECT_EQ(join_bounded(rt->spawn(timeouts_then_data(p.read_end, p.write_end, 30)), 60s),
               "data");
   }
@@ -841,7 +789,7 @@ TEST_P(SqFullRuntime, ShutdownWithReadsInFlightDrainsEveryOne) {
   constexpr int count = 64;
   std::vector<std::unique_ptr<fd_pair>> pipes;
   for (int i = 0; i < count; ++i) {
-    pipes.push_back(std::make_unique<fd_pair>());
+    pipes.push_back(std::make_unique<fd_pair>(nonblocking_pipe));
     ASSERT_GE(pipes.back()->read_end, 0);
   }
   std::vector<std::array<char, 4>> buffers(count);
@@ -890,7 +838,7 @@ spindle::task<std::uint64_t> many_readers(int read_fd, int write_fd, int count) 
 }
 
 TEST_P(SqFullRuntime, TwoThousandReadsOnOneExecutorCompleteExactlyOnce) {
-  fd_pair p;
+  fd_pair p{nonblocking_pipe};
   ASSERT_GE(p.read_end, 0);
   ASSERT_GE(::fcntl(p.write_end, F_SETPIPE_SZ, 1 << 16), 0);
   {
@@ -904,7 +852,7 @@ TEST_P(SqFullRuntime, TwoThousandReadsOnOneExecutorCompleteExactlyOnce) {
 // The same through runtime_options::reactor: every executor's ring has an 8-entry SQ and CQ, so
 // 2000 completions overflow the CQ ring many times over while the runtime runs them.
 TEST_P(SqFullRuntime, TinyRingsFromRuntimeOptionsLoseNothing) {
-  fd_pair p;
+  fd_pair p{nonblocking_pipe};
   ASSERT_GE(p.read_end, 0);
   ASSERT_GE(::fcntl(p.write_end, F_SETPIPE_SZ, 1 << 16), 0);
   {
