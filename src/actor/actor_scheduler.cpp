@@ -310,14 +310,30 @@ bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
   core::runtime_core& core = system_.core();
   const std::uint32_t count = core.executor_count();
   if (count < 2) return false;
+  // The candidates: every other executor, or the other members of the actor's domain (placements
+  // are immutable, so reading them needs no synchronisation; a scan only for restricted actors).
+  const bool restricted = cell->domain.where != core::executor_domain::kind::any;
+  auto in_domain = [&](std::uint32_t i) {
+    return i != index_ && cell->domain.contains(core.executor_at(i).placement());
+  };
+  std::uint32_t candidates = count - 1;
+  if (restricted) {
+    candidates = 0;
+    for (std::uint32_t i = 0; i < count; ++i) candidates += in_domain(i) ? 1 : 0;
+    if (candidates == 0) return false;
+  }
+  auto candidate = [&](std::uint32_t rank) {
+    if (!restricted) return rank >= index_ ? rank + 1 : rank;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      if (in_domain(i) && rank-- == 0) return i;
+    }
+    return index_;
+  };
   const std::uint32_t here = waiting_ + 1;  // this executor's load with the actor
   std::uint32_t best = index_;
   std::uint32_t best_load = ~std::uint32_t(0);
   for (std::uint32_t i = 0; i < actor_detail::migration_samples; ++i) {
-    std::uint32_t pick = core::next_xorshift(random_state_) % (count - 1);
-    if (pick >= index_) ++pick;
-    // A sample outside the actor's domain is wasted (placements are immutable: no sync).
-    if (!cell->domain.contains(core.executor_at(pick).placement())) continue;
+    const std::uint32_t pick = candidate(core::next_xorshift(random_state_) % candidates);
     actor_scheduler* other = system_.find_scheduler(pick);
     const std::uint32_t other_load = other != nullptr ? other->load() : 0;
     if (other_load < best_load) {

@@ -86,8 +86,13 @@ std::uint32_t runtime_core::append_executor() {
   if (index >= options_.max_executors) {
     throw usage_error("spindle: executor registry is full (max_executors reached)");
   }
-  owned_executors_.push_back(
-      std::make_unique<executor>(*this, index, *clock_, affinity_planner_.next()));
+  const executor_placement placement = affinity_planner_.next();
+  try {
+    owned_executors_.push_back(std::make_unique<executor>(*this, index, *clock_, placement));
+  } catch (...) {
+    affinity_planner_.release(placement);  // no executor holds the unit it claimed
+    throw;
+  }
   // release: the executor is fully constructed before readers can load its pointer.
   slots_[index].store(owned_executors_.back().get(), std::memory_order_release);
   // seq_cst: counted as unparked before it becomes visible to notifiers' should-wake checks.
@@ -145,9 +150,13 @@ std::optional<std::uint32_t> runtime_core::pick_two_choices_in(
     }
     return std::uint32_t(0);
   };
-  const std::uint32_t first = member(next_xorshift(random_state) % members);
+  const std::uint32_t first_rank = next_xorshift(random_state) % members;
+  const std::uint32_t first = member(first_rank);
   if (members == 1) return first;
-  const std::uint32_t second = member(next_xorshift(random_state) % members);
+  // Two distinct members, as pick_two_choices draws two distinct executors.
+  std::uint32_t second_rank = next_xorshift(random_state) % (members - 1);
+  if (second_rank >= first_rank) ++second_rank;
+  const std::uint32_t second = member(second_rank);
   return executor_at(first).load() <= executor_at(second).load() ? first : second;
 }
 

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <map>
 #include <string>
 #include <thread>
@@ -62,7 +63,7 @@ core_kind kind_of(hwloc_topology_t topology, hwloc_obj_t unit, int kind_count) {
 }
 
 // Every processing unit of a loaded topology that `allowed` accepts (all when null).
-std::vector<processing_unit> units_of(hwloc_topology_t topology, const cpu_set_t* allowed) {
+std::vector<processing_unit> units_of(hwloc_topology_t topology, hwloc_const_bitmap_t allowed) {
   dense_ids<std::uint64_t> cores;
   dense_ids<std::uint64_t> cache_domains;
   dense_ids<int> numa_nodes;
@@ -72,10 +73,7 @@ std::vector<processing_unit> units_of(hwloc_topology_t topology, const cpu_set_t
   for (int i = 0; i < count; ++i) {
     hwloc_obj_t unit = hwloc_get_obj_by_type(topology, HWLOC_OBJ_PU, unsigned(i));
     if (unit == nullptr) continue;
-    if (allowed != nullptr &&
-        (unit->os_index >= CPU_SETSIZE || !CPU_ISSET(unit->os_index, allowed))) {
-      continue;
-    }
+    if (allowed != nullptr && !hwloc_bitmap_isset(allowed, unit->os_index)) continue;
     hwloc_obj_t core = hwloc_get_ancestor_obj_by_type(topology, HWLOC_OBJ_CORE, unit);
     hwloc_obj_t last_level_cache = nullptr;
     for (hwloc_obj_t parent = unit->parent; parent != nullptr; parent = parent->parent) {
@@ -85,6 +83,8 @@ std::vector<processing_unit> units_of(hwloc_topology_t topology, const cpu_set_t
     u.os_index = unit->os_index;
     u.core = cores(core != nullptr ? core->gp_index : unit->gp_index);
     u.cache_domain = cache_domains(last_level_cache != nullptr ? last_level_cache->gp_index : 0);
+    // The unit's nodeset lists every node attached at or above it; the first (lowest OS index)
+    // is its ordinary memory on the machines we know (CPU-less HBM/CXL nodes come later).
     u.numa_node = numa_nodes(unit->nodeset != nullptr ? hwloc_bitmap_first(unit->nodeset) : 0);
     u.kind = kind_of(topology, unit, kind_count);
     units.push_back(u);
@@ -92,24 +92,49 @@ std::vector<processing_unit> units_of(hwloc_topology_t topology, const cpu_set_t
   return units;
 }
 
-// hwloc failed: every allowed CPU is its own core, in one cache domain and one node.
-std::vector<processing_unit> flat_units(const cpu_set_t& allowed) {
+// hwloc failed (or describes another machine): every CPU of the calling thread's affinity
+// mask is its own core, in one cache domain and one node. The mask is read with a size that
+// grows until the kernel accepts it (machines with more than CPU_SETSIZE CPUs).
+std::vector<processing_unit> flat_units() {
   std::vector<processing_unit> units;
-  for (std::uint32_t cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed)) continue;
-    processing_unit u;
-    u.os_index = cpu;
-    u.core = std::uint32_t(units.size());
-    units.push_back(u);
+  for (int cpus = CPU_SETSIZE; cpus <= (1 << 20) && units.empty(); cpus *= 2) {
+    cpu_set_t* allowed = CPU_ALLOC(cpus);
+    const std::size_t size = CPU_ALLOC_SIZE(cpus);
+    if (allowed == nullptr) break;
+    if (sched_getaffinity(0, size, allowed) == 0) {
+      for (int cpu = 0; cpu < cpus; ++cpu) {
+        if (!CPU_ISSET_S(cpu, size, allowed)) continue;
+        processing_unit u;
+        u.os_index = std::uint32_t(cpu);
+        u.core = std::uint32_t(units.size());
+        units.push_back(u);
+      }
+      CPU_FREE(allowed);
+      break;
+    }
+    CPU_FREE(allowed);
+    if (errno != EINVAL) break;
   }
-  if (units.empty()) units.push_back({});
+  if (units.empty()) {
+    for (std::uint32_t cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu) {
+      processing_unit u;
+      u.os_index = cpu;
+      u.core = cpu;
+      units.push_back(u);
+    }
+  }
   return units;
 }
 
+// One more than the highest id in `field`; usage_error if an id could not be dense (an id at or
+// above the number of units), before anything is sized from it.
 std::uint32_t count_of(const std::vector<processing_unit>& units,
                        std::uint32_t processing_unit::*field) {
   std::uint32_t highest = 0;
-  for (const processing_unit& u : units) highest = std::max(highest, u.*field + 1);
+  for (const processing_unit& u : units) {
+    if (u.*field >= units.size()) throw usage_error("spindle: machine topology ids must be dense");
+    highest = std::max(highest, u.*field + 1);
+  }
   return highest;
 }
 
@@ -140,19 +165,23 @@ const machine_topology& machine_topology::discover() {
   // Discovered once: reading sysfs through hwloc takes milliseconds, and tests create
   // thousands of runtimes. Static initialisation is thread-safe.
   static const machine_topology machine = [] {
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
-      for (std::uint32_t cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu) {
-        CPU_SET(cpu, &allowed);
-      }
-    }
     hwloc_session session;
     std::vector<processing_unit> units;
-    if (session.ok() && hwloc_topology_load(session.get()) == 0) {
-      units = units_of(session.get(), &allowed);
+    // hwloc honours HWLOC_SYNTHETIC / HWLOC_XMLFILE: a topology that is not this system's names
+    // CPUs we cannot bind to, so it is not used for discovery.
+    if (session.ok() && hwloc_topology_load(session.get()) == 0 &&
+        hwloc_topology_is_thissystem(session.get()) != 0) {
+      // The calling thread's binding (taskset, cgroups), in hwloc's bitmap of any size.
+      hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+      if (allowed != nullptr) {
+        if (hwloc_get_cpubind(session.get(), allowed, HWLOC_CPUBIND_THREAD) != 0) {
+          hwloc_bitmap_copy(allowed, hwloc_topology_get_allowed_cpuset(session.get()));
+        }
+        units = units_of(session.get(), allowed);
+        hwloc_bitmap_free(allowed);
+      }
     }
-    if (units.empty()) units = flat_units(allowed);
+    if (units.empty()) units = flat_units();
     return machine_topology(std::move(units), true);
   }();
   return machine;
@@ -234,6 +263,12 @@ executor_placement affinity_planner::next() {
   return placement_of(unit);
 }
 
+void affinity_planner::release(const executor_placement& placement) noexcept {
+  if (placement.unit != executor_placement::unknown && claims_[placement.unit] > 0) {
+    --claims_[placement.unit];
+  }
+}
+
 namespace {
 
 // Claims summed per core, cache domain and NUMA node, and the fewest claims of any unit.
@@ -311,11 +346,15 @@ std::uint32_t affinity_planner::choose_random() {
 }
 
 bool bind_current_thread_to_cpu(std::uint32_t os_index) noexcept {
-  if (os_index >= CPU_SETSIZE) return false;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(os_index, &set);
-  return sched_setaffinity(0, sizeof set, &set) == 0;
+  if (os_index >= (1u << 20)) return false;
+  cpu_set_t* set = CPU_ALLOC(os_index + 1);  // sized for the CPU, beyond CPU_SETSIZE too
+  if (set == nullptr) return false;
+  const std::size_t size = CPU_ALLOC_SIZE(os_index + 1);
+  CPU_ZERO_S(size, set);
+  CPU_SET_S(os_index, size, set);
+  const bool bound = sched_setaffinity(0, size, set) == 0;
+  CPU_FREE(set);
+  return bound;
 }
 
 }  // namespace spindle::core

@@ -51,8 +51,11 @@ TEST(Topology, SyntheticMachineIsLabelledDensely) {
 TEST(Topology, BadDescriptionsAreUsageErrors) {
   EXPECT_THROW(machine_topology::synthetic("no such thing:3"), spindle::usage_error);
   EXPECT_THROW(machine_topology(std::vector<processing_unit>{}), spindle::usage_error);
-  // Ids must be dense: node 1 without node 0.
+  // Ids must be dense: node 1 without node 0; an id far beyond the unit count is refused
+  // before anything is sized from it.
   EXPECT_THROW(machine_topology({{0, 0, 0, 1, core_kind::big}}), spindle::usage_error);
+  EXPECT_THROW(machine_topology({{0, 0xffffffffu, 0, 0, core_kind::big}, {1, 0, 0, 0, core_kind::big}}),
+               spindle::usage_error);
 }
 
 TEST(Topology, DiscoveredMachineIsWhatThisProcessMayUse) {
@@ -129,6 +132,15 @@ TEST(Affinity, RandomIsReproducibleAndClaimsEveryUnitBeforeAnyTwice) {
       for (std::uint32_t c : claims) EXPECT_EQ(c, (i + 1) / 16);
     }
   }
+}
+
+TEST(Affinity, AReleasedClaimIsGivenOutAgain) {
+  const machine_topology machine = machine_topology::synthetic("core:4 pu:1");
+  affinity_planner planner(machine, affinity_policy::depth_first);
+  const executor_placement first = planner.next();
+  planner.release(first);  // its executor could not be made
+  EXPECT_EQ(planner.next().unit, first.unit);
+  EXPECT_NE(planner.next().unit, first.unit);
 }
 
 TEST(Affinity, MoreExecutorsThanUnitsWrapAroundEvenly) {

@@ -54,8 +54,9 @@ struct processing_unit {
 class machine_topology {
  public:
   // The units this process may run on (hwloc, intersected with the affinity mask of the calling
-  // thread). Discovered on first use and cached for the process; if hwloc fails, every allowed
-  // CPU is its own core in one cache domain and one node.
+  // thread). Discovered on first use and cached for the process; if hwloc fails, or describes
+  // another machine (HWLOC_SYNTHETIC, HWLOC_XMLFILE), every allowed CPU is its own core in one
+  // cache domain and one node.
   static const machine_topology& discover();
   // An hwloc synthetic description, e.g. "numa:2 l3:2 core:4 pu:2"; throws usage_error if hwloc
   // rejects it. Such a topology names CPUs that may not exist: it never binds threads.
@@ -110,6 +111,8 @@ class affinity_planner {
                    std::uint32_t seed = 1) noexcept;
   // The placement of the next executor (claims a unit unless the policy is none).
   executor_placement next();
+  // Gives back the claim of a placement next() returned whose executor was never made.
+  void release(const executor_placement& placement) noexcept;
   affinity_policy policy() const noexcept { return policy_; }
   const machine_topology& topology() const noexcept { return *topology_; }
 
