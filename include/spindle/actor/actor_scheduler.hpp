@@ -26,7 +26,8 @@
 // supervisor told, actor released.
 //
 // Migration (A5): after a full quantum, and when an idle actor becomes runnable, the owner
-// compares its load (actors in its wheel) with `migration_samples` random executors and hands
+// compares its load (actors in its wheel) with `migration_samples` random executors (drawn
+// among the executors of the actor's domain when it has one: spawn_options::domain) and hands
 // the actor to the least loaded one if that one has at least `migration_margin` fewer
 // (hysteresis), the actor is not pinned, has no I/O in flight and ran at least
 // `migration_cooldown_runs` times since it last moved. The handover is an inter-executor

@@ -6,7 +6,9 @@
 // first (release), then `live_` is incremented (release). Readers load `live_` (acquire) and may
 // then read slots [0, live) without a lock; slots are never cleared while the runtime lives, so a
 // reader's snapshot stays valid. Executor ids are slot indices: dense, and recycled with the
-// runtime (a new runtime starts again at 0), so they never grow without bound.
+// runtime (a new runtime starts again at 0), so they never grow without bound. Under the same
+// mutex each new executor gets its placement from the affinity planner (topology.hpp) before it
+// is published; the placement never changes, so readers of the registry read it freely.
 //
 // Idle coordination (C7), after Tokio's scheduler:
 //   idle_state_ packs (searching << 32 | unparked). `unparked` counts executors not parked;
