@@ -241,21 +241,32 @@ void PrintTo(const direct_case& c, std::ostream* out) {
   *out << "every " << c.period << (c.defer_taskrun ? ", defer_taskrun" : ", coop_taskrun");
 }
 
-class SqFullDirect : public ::testing::TestWithParam<direct_case> {
+// Fixtures over `Param` with one io_uring reactor the test thread owns, the hook installed (it
+// counts every point and refuses every `period`-th call; 0 only counts) until TearDown.
+template <class Param>
+class hooked_reactor_test : public ::testing::TestWithParam<Param> {
  protected:
-  void SetUp() override {
-    reset_hook_state(GetParam().period);
-    reactor_ = uring_reactor({.uring_sq_entries = 4,
-                              .uring_cq_entries = 8,
-                              .uring_defer_taskrun = GetParam().defer_taskrun});
-    if (!reactor_) GTEST_SKIP() << "io_uring cannot be set up here";
-    reactor_->set_sq_fault_hook(&sq_full);
+  // Null reactor_ when io_uring cannot be set up here (the caller skips).
+  void open(std::uint32_t period, const reactor_options& options) {
+    reset_hook_state(period);
+    reactor_ = uring_reactor(options);
+    if (reactor_) reactor_->set_sq_fault_hook(&sq_full);
   }
   void TearDown() override {
     reactor_.reset();
     reset_hook_state(0);
   }
   std::unique_ptr<spindle::core::reactor> reactor_;
+};
+
+class SqFullDirect : public hooked_reactor_test<direct_case> {
+ protected:
+  void SetUp() override {
+    open(GetParam().period, {.uring_sq_entries = 4,
+                             .uring_cq_entries = 8,
+                             .uring_defer_taskrun = GetParam().defer_taskrun});
+    if (!reactor_) GTEST_SKIP() << "io_uring cannot be set up here";
+  }
 };
 
 TEST_P(SqFullDirect, EveryPointRetriesToTheExactData) {
@@ -505,20 +516,13 @@ INSTANTIATE_TEST_SUITE_P(Periods, SqFullDirect,
 
 // --- completion queue overflow ---------------------------------------------------------------
 
-class CqOverflow : public ::testing::TestWithParam<bool> {
+class CqOverflow : public hooked_reactor_test<bool> {
  protected:
   void SetUp() override {
-    reset_hook_state(0);  // the hook only counts: get_events shows that poll() flushed
-    reactor_ = uring_reactor(
-        {.uring_sq_entries = 8, .uring_cq_entries = 8, .uring_defer_taskrun = GetParam()});
+    // Period 0: the hook only counts (get_events shows that poll() flushed).
+    open(0, {.uring_sq_entries = 8, .uring_cq_entries = 8, .uring_defer_taskrun = GetParam()});
     if (!reactor_) GTEST_SKIP() << "io_uring cannot be set up here";
-    reactor_->set_sq_fault_hook(&sq_full);
   }
-  void TearDown() override {
-    reactor_.reset();
-    reset_hook_state(0);
-  }
-  std::unique_ptr<spindle::core::reactor> reactor_;
 };
 
 TEST_P(CqOverflow, AThousandPipeReadsCompleteExactlyOnceByPollingAlone) {
@@ -589,9 +593,10 @@ class SqFullRuntime : public ::testing::TestWithParam<std::uint32_t> {
 
   // A uring runtime whose reactors all have the hook (installed on each owner thread). It stays
   // installed through shutdown, so drain() runs with it too.
-  static std::unique_ptr<spindle::runtime> hooked_runtime(std::uint32_t workers) {
-    auto rt = std::make_unique<spindle::runtime>(
-        spindle::runtime_options{.workers = workers, .io_backend = io_backend::uring});
+  static std::unique_ptr<spindle::runtime> hooked_runtime(
+      std::uint32_t workers, const reactor_options& rings = {}) {
+    auto rt = std::make_unique<spindle::runtime>(spindle::runtime_options{
+        .workers = workers, .io_backend = io_backend::uring, .reactor = rings});
     for (std::uint32_t i = 0; i < rt->executor_count(); ++i) {
       join_bounded(rt->spawn_on(i, install(&sq_full)), 10s);
     }
@@ -856,14 +861,8 @@ TEST_P(SqFullRuntime, TinyRingsFromRuntimeOptionsLoseNothing) {
   ASSERT_GE(p.read_end, 0);
   ASSERT_GE(::fcntl(p.write_end, F_SETPIPE_SZ, 1 << 16), 0);
   {
-    spindle::runtime rt(spindle::runtime_options{
-        .workers = 2,
-        .io_backend = io_backend::uring,
-        .reactor = {.uring_sq_entries = 8, .uring_cq_entries = 8}});
-    for (std::uint32_t i = 0; i < rt.executor_count(); ++i) {
-      join_bounded(rt.spawn_on(i, install(&sq_full)), 10s);
-    }
-    EXPECT_EQ(join_bounded(rt.spawn_on(0, many_readers(p.read_end, p.write_end, 2000)), 120s),
+    auto rt = hooked_runtime(2, {.uring_sq_entries = 8, .uring_cq_entries = 8});
+    EXPECT_EQ(join_bounded(rt->spawn_on(0, many_readers(p.read_end, p.write_end, 2000)), 120s),
               2000u);
   }
   EXPECT_EQ(read_available(p.read_end), "");

@@ -351,26 +351,6 @@ constexpr plan foreign_only_one_executor{1, {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}}, {
 using exact = relacy_bridge::relacy_atomics<>;
 using weakened = relacy_bridge::relacy_atomics<release_push>;
 
-template <class Test>
-bool run(const char* name, rl::scheduler_type_e scheduler, rl::iteration_t iterations) {
-  rl::test_params params;
-  params.search_type = scheduler;
-  params.iteration_count = iterations;
-  params.output_history = false;
-  // An expected failure prints its (expected) counterexample: keep it quiet (a stream without a
-  // buffer discards everything; see parking_handshake_model.cpp).
-  std::ostream quiet(nullptr);
-  if (Test::params::expected_result != rl::test_result_success) {
-    params.output_stream = &quiet;
-    params.progress_stream = &quiet;
-  }
-  std::printf("%s (%s, %llu iterations)\n", name, rl::format(scheduler),
-              static_cast<unsigned long long>(iterations));
-  std::fflush(stdout);
-  const bool ok = rl::simulate<Test>(params);
-  if (!ok) std::printf("  FAILED: %s\n", name);
-  return ok;
-}
 
 }  // namespace
 
@@ -378,29 +358,29 @@ int main() {
   bool ok = true;
   constexpr rl::iteration_t random_iterations = 200000;
   const auto random = rl::random_scheduler_type;
-  ok &= run<messaging_test<exchange, exact>>("two executors exchange one message each", random,
+  ok &= relacy_bridge::run_model<messaging_test<exchange, exact>>("two executors exchange one message each", random,
                                              random_iterations);
-  ok &= run<messaging_test<exchange_and_self, exact>>("exchange + sends to self, pool reuse",
+  ok &= relacy_bridge::run_model<messaging_test<exchange_and_self, exact>>("exchange + sends to self, pool reuse",
                                                       random, random_iterations);
-  ok &= run<messaging_test<foreign_to_parked, exact>>("foreign thread wakes a parked executor",
+  ok &= relacy_bridge::run_model<messaging_test<foreign_to_parked, exact>>("foreign thread wakes a parked executor",
                                                       random, random_iterations);
-  ok &= run<messaging_test<two_with_foreign, exact>>("two executors and a foreign thread", random,
+  ok &= relacy_bridge::run_model<messaging_test<two_with_foreign, exact>>("two executors and a foreign thread", random,
                                                      random_iterations);
-  ok &= run<messaging_test<three_ring, exact>>("three executors in a ring", random,
+  ok &= relacy_bridge::run_model<messaging_test<three_ring, exact>>("three executors in a ring", random,
                                                random_iterations);
-  ok &= run<messaging_test<three_all, exact>>("three executors, all to all", random,
+  ok &= relacy_bridge::run_model<messaging_test<three_all, exact>>("three executors, all to all", random,
                                               random_iterations);
-  ok &= run<messaging_test<leave_early, exact>>("shutdown drain: executors leave early", random,
+  ok &= relacy_bridge::run_model<messaging_test<leave_early, exact>>("shutdown drain: executors leave early", random,
                                                 random_iterations);
-  ok &= run<close_race>("post racing the shutdown's close", random, random_iterations);
+  ok &= relacy_bridge::run_model<close_race>("post racing the shutdown's close", random, random_iterations);
   // Exhaustive (context-bounded) search of the smallest scenarios.
   const auto bounded = rl::fair_context_bound_scheduler_type;
-  ok &= run<messaging_test<foreign_only_one_executor, exact>>("foreign -> parked executor", bounded, 0);
-  ok &= run<messaging_test<exchange, exact>>("two executors exchange one message each", bounded, 0);
-  ok &= run<close_race>("post racing the shutdown's close", bounded, 0);
+  ok &= relacy_bridge::run_model<messaging_test<foreign_only_one_executor, exact>>("foreign -> parked executor", bounded, 0);
+  ok &= relacy_bridge::run_model<messaging_test<exchange, exact>>("two executors exchange one message each", bounded, 0);
+  ok &= relacy_bridge::run_model<close_race>("post racing the shutdown's close", bounded, 0);
   // Negative control: with a release push the sender's flag load may read "not parking" while
   // the receiver's re-check reads "empty": a lost wake-up, which Relacy reports as a deadlock.
-  ok &= run<messaging_test<foreign_only_one_executor, weakened, rl::test_result_deadlock>>(
+  ok &= relacy_bridge::run_model<messaging_test<foreign_only_one_executor, weakened, rl::test_result_deadlock>>(
       "negative control: release push loses a wake-up", random, random_iterations);
   std::printf(ok ? "executor mailbox model: all scenarios gave the expected result\n"
                  : "executor mailbox model: FAILED\n");

@@ -311,15 +311,8 @@ bool run(const char* name, rl::scheduler_type_e scheduler, rl::iteration_t itera
   params.context_bound = context_bound;
   params.output_history = false;
   const bool negative = Test::params::expected_result != rl::test_result_success;
-  // An expected failure prints its (expected) counterexample history: keep it quiet. A stream
-  // without a buffer discards everything (a std::ostringstream would allocate through
-  // libstdc++ while Relacy replaces the global allocation functions: double free). A scenario
-  // expected to pass keeps Relacy's output, so that a failure prints its history.
-  std::ostream quiet(nullptr);
-  if (negative && !show_expected_failures) {
-    params.output_stream = &quiet;
-    params.progress_stream = &quiet;
-  }
+  // A scenario expected to pass keeps Relacy's output, so that a failure prints its history.
+  relacy_bridge::quiet_if_expected_failure(params, negative && !show_expected_failures);
   seen = coverage{};
   if (scheduler == rl::fair_context_bound_scheduler_type) {
     std::printf("%s (%s, %u preemptions)\n", name, rl::format(scheduler), context_bound);

@@ -155,45 +155,35 @@ constexpr plan lone_item_newest{1, 0, 1, 1, true, 1};
 constexpr plan two_thieves{4, 0, 1, 1, false, 2};
 constexpr plan two_thieves_newest{5, 3, 2, 1, true, 2};
 
-template <class Test>
-bool run(const char* name, rl::iteration_t iterations, rl::scheduler_type_e scheduler) {
-  rl::test_params params;
-  params.iteration_count = iterations;
-  params.search_type = scheduler;
-  params.output_history = false;
-  std::printf("%s (%s, %llu iterations)\n", name, rl::format(scheduler),
-              static_cast<unsigned long long>(iterations));
-  std::fflush(stdout);
-  const bool ok = rl::simulate<Test>(params);
-  if (!ok) std::printf("  FAILED: %s\n", name);
-  return ok;
-}
 
 }  // namespace
 
 int main() {
   bool ok = true;
   constexpr rl::iteration_t random_iterations = 300000;
-  ok &= run<queue_test<push_pop_steal>>("push/pop vs steal", random_iterations, rl::random_scheduler_type);
-  ok &= run<queue_test<push_pop_steal_newest>>("push/pop vs steal (include_newest)", random_iterations,
-                                               rl::random_scheduler_type);
-  ok &= run<queue_test<both_ends>>("both ends vs steal", random_iterations, rl::random_scheduler_type);
-  ok &= run<queue_test<both_ends_newest>>("both ends vs steal (include_newest)", random_iterations,
-                                          rl::random_scheduler_type);
-  ok &= run<queue_test<overflow_while_stealing>>("overflow vs steal", random_iterations,
-                                                 rl::random_scheduler_type);
-  ok &= run<queue_test<overflow_while_stealing_newest>>("overflow vs steal (include_newest)",
-                                                        random_iterations, rl::random_scheduler_type);
-  ok &= run<queue_test<lone_item_newest>>("lone item: pop vs stuck-owner steal", random_iterations,
-                                          rl::random_scheduler_type);
-  ok &= run<queue_test<two_thieves>>("two thieves", random_iterations, rl::random_scheduler_type);
-  ok &= run<queue_test<two_thieves_newest>>("two thieves (include_newest)", random_iterations,
-                                            rl::random_scheduler_type);
+  ok &= relacy_bridge::run_model<queue_test<push_pop_steal>>(
+      "push/pop vs steal", rl::random_scheduler_type, random_iterations);
+  ok &= relacy_bridge::run_model<queue_test<push_pop_steal_newest>>(
+      "push/pop vs steal (include_newest)", rl::random_scheduler_type, random_iterations);
+  ok &= relacy_bridge::run_model<queue_test<both_ends>>(
+      "both ends vs steal", rl::random_scheduler_type, random_iterations);
+  ok &= relacy_bridge::run_model<queue_test<both_ends_newest>>(
+      "both ends vs steal (include_newest)", rl::random_scheduler_type, random_iterations);
+  ok &= relacy_bridge::run_model<queue_test<overflow_while_stealing>>(
+      "overflow vs steal", rl::random_scheduler_type, random_iterations);
+  ok &= relacy_bridge::run_model<queue_test<overflow_while_stealing_newest>>(
+      "overflow vs steal (include_newest)", rl::random_scheduler_type, random_iterations);
+  ok &= relacy_bridge::run_model<queue_test<lone_item_newest>>(
+      "lone item: pop vs stuck-owner steal", rl::random_scheduler_type, random_iterations);
+  ok &= relacy_bridge::run_model<queue_test<two_thieves>>(
+      "two thieves", rl::random_scheduler_type, random_iterations);
+  ok &= relacy_bridge::run_model<queue_test<two_thieves_newest>>(
+      "two thieves (include_newest)", rl::random_scheduler_type, random_iterations);
   // Exhaustive (context-bounded) search of the smallest scenarios.
-  ok &= run<queue_test<lone_item_newest>>("lone item: pop vs stuck-owner steal", 0,
-                                          rl::fair_context_bound_scheduler_type);
-  ok &= run<queue_test<push_pop_steal_newest>>("push/pop vs steal (include_newest)", 0,
-                                               rl::fair_context_bound_scheduler_type);
+  ok &= relacy_bridge::run_model<queue_test<lone_item_newest>>(
+      "lone item: pop vs stuck-owner steal", rl::fair_context_bound_scheduler_type, 0);
+  ok &= relacy_bridge::run_model<queue_test<push_pop_steal_newest>>(
+      "push/pop vs steal (include_newest)", rl::fair_context_bound_scheduler_type, 0);
   std::printf(ok ? "local_queue model: all scenarios passed\n" : "local_queue model: FAILED\n");
   return ok ? 0 : 1;
 }

@@ -19,11 +19,9 @@
 //                    can see a lost wake-up; the fence is what prevents it).
 //
 // Exit code 0 when every scenario gives its expected result.
-#include <relacy/relacy.hpp>
-
 #include <cstdint>
-#include <cstdio>
-#include <ostream>
+
+#include "model/relacy_bridge.hpp"
 
 namespace {
 
@@ -99,31 +97,12 @@ struct handshake : rl::test_suite<handshake<P, Expected>, 2, Expected> {
   void after() { RL_ASSERT(notifier_saw_parked || parker_saw_work); }
 };
 
-template <class Test>
-bool run(const char* name, rl::scheduler_type_e scheduler, rl::iteration_t iterations) {
-  rl::test_params params;
-  params.search_type = scheduler;
-  params.iteration_count = iterations;
-  // An expected failure prints its (expected) counterexample history: keep it quiet. A stream
-  // without a buffer discards everything (a std::ostringstream would allocate through
-  // libstdc++ while Relacy replaces the global allocation functions: double free).
-  std::ostream quiet(nullptr);
-  if (Test::params::expected_result != rl::test_result_success) {
-    params.output_stream = &quiet;
-    params.progress_stream = &quiet;
-  }
-  std::printf("%s (%s)\n", name, rl::format(scheduler));
-  std::fflush(stdout);
-  const bool ok = rl::simulate<Test>(params);
-  if (!ok) std::printf("  FAILED: %s\n", name);
-  return ok;
-}
 
 template <class Test>
 bool run_both(const char* name) {
   // The full search is exhaustive for two threads this small; the random run adds volume.
-  return run<Test>(name, rl::fair_full_search_scheduler_type, 0) &&
-         run<Test>(name, rl::random_scheduler_type, 200000);
+  return relacy_bridge::run_model<Test>(name, rl::fair_full_search_scheduler_type, 0) &&
+         relacy_bridge::run_model<Test>(name, rl::random_scheduler_type, 200000);
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 //   relacy_atomics<>          the atomics policy spindle's lock-free templates take
 //                             (core/atomic.hpp), forwarding to rl::atomic with the same orders;
 //   relacy_atomics<Weaken>    the same with memory orders weakened by `Weaken` (a negative
-//                             control: the model must then report the race it protects against).
+//                             control: the model must then report the race it protects against);
+//   run_model<Test>(...)      runs one model and prints a line; a negative control runs quietly.
 // relacy.hpp also redefines std::memory_order_* as macros (for its std:: aliasing); they are
 // undefined here so the models and spindle's headers use the real ones.
 #pragma once
 
 #include <atomic>
+#include <cstdio>
+#include <ostream>
 
 #include <relacy/relacy.hpp>
 
@@ -94,5 +97,36 @@ struct relacy_atomics {
   static void fence_seq_cst() { rl::atomic_thread_fence(rl::mo_seq_cst, $); }
   static void relax() { rl::yield(1, $); }
 };
+
+// A model expected to fail (Test::params::expected_result is not success) would print its
+// expected counterexample: its output goes to a stream without a buffer, which discards
+// everything (a std::ostringstream would allocate through libstdc++ while Relacy replaces the
+// global allocation functions: double free). Returns whether the result was the expected one.
+inline void quiet_if_expected_failure(rl::test_params& params, bool expected_failure) {
+  static std::ostream quiet(nullptr);
+  if (expected_failure) {
+    params.output_stream = &quiet;
+    params.progress_stream = &quiet;
+  }
+}
+
+template <class Test>
+bool run_model(const char* name, rl::scheduler_type_e scheduler, rl::iteration_t iterations) {
+  rl::test_params params;
+  params.search_type = scheduler;
+  params.iteration_count = iterations;
+  params.output_history = false;
+  quiet_if_expected_failure(params, Test::params::expected_result != rl::test_result_success);
+  if (iterations != 0) {
+    std::printf("%s (%s, %llu iterations)\n", name, rl::format(scheduler),
+                static_cast<unsigned long long>(iterations));
+  } else {
+    std::printf("%s (%s)\n", name, rl::format(scheduler));
+  }
+  std::fflush(stdout);
+  const bool ok = rl::simulate<Test>(params);
+  if (!ok) std::printf("  FAILED: %s\n", name);
+  return ok;
+}
 
 }  // namespace relacy_bridge
