@@ -176,17 +176,25 @@ runnable* executor::steal_round() noexcept {
 }
 
 runnable* executor::search() noexcept {
+  // Alone, there is no one to steal from (next_runnable looked at our injector shard).
+  if (core_.executor_count() == 1) return nullptr;
   if (!is_searching_) {
     if (!core_.transition_to_searching()) return nullptr;
     is_searching_ = true;
   }
   // Exponential backoff between rounds (seed 003 TODO): a failed round means the other
   // executors' queues are empty right now; spinning harder only steals cache lines from them.
+  // Waiting between rounds is worth it only while another executor is awake to produce work,
+  // and ends as soon as our own ring has completions for us (the loop polls it next).
   for (std::uint32_t round = 0; round < 4; ++round) {
     if (runnable* r = steal_round()) return r;
     // A message arrived: the loop polls its mailbox before searching on.
     if (core_.stopping() || !mailbox_.empty()) return nullptr;
-    for (std::uint32_t spin = 0; spin < (32u << round); ++spin) cpu_relax();
+    if (round == 3 || core_.unparked_count() <= 1) break;
+    for (std::uint32_t spin = 0; spin < (32u << round); ++spin) {
+      if ((spin & 15) == 0 && reactor_->completions_pending()) return nullptr;
+      cpu_relax();
+    }
   }
   return nullptr;
 }

@@ -28,6 +28,13 @@
 // (submit_and_wait), drain() (drain_wait). Each is an io_sq_point where the test hook
 // (reactor::set_sq_fault_hook) can say "full" instead.
 //
+// Entering the kernel only when it has something for us: with DEFER_TASKRUN, completions wait
+// as task work until the owner enters io_uring_enter. IORING_SETUP_TASKRUN_FLAG makes the kernel
+// raise IORING_SQ_TASKRUN in the SQ ring's flags when it queues such work, so poll() enters only
+// when it has SQEs to submit or the flag (or overflow) is up: an executor polling between
+// runnables costs no system call while nothing happened. completions_pending() reads the same
+// flags for an executor deciding whether to keep spinning.
+//
 // Completion queue overflow: we require IORING_FEAT_NODROP (else the set-up fails and
 // make_reactor falls back to epoll): completions the CQ ring has no room for wait in the kernel's
 // overflow list, flagged by IORING_SQ_CQ_OVERFLOW, until an io_uring_enter with GETEVENTS moves
@@ -64,12 +71,15 @@ class uring_reactor final : public reactor {
     // own io_uring_enter calls (completions are processed when we ask, not at arbitrary system
     // call exits where they contend for socket locks), created disabled so the worker thread,
     // not the thread building the executor, becomes the issuer (attach_owner).
-    constexpr unsigned preferred =
-        IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+    // TASKRUN_FLAG makes the kernel flag pending task work in the SQ ring's flags, so poll() and
+    // completions_pending() can tell without a system call whether entering would bring anything.
+    constexpr unsigned preferred = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+                                   IORING_SETUP_R_DISABLED | IORING_SETUP_TASKRUN_FLAG;
+    constexpr unsigned cooperative = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
     const unsigned cq_size = options.uring_cq_entries != 0 ? unsigned(IORING_SETUP_CQSIZE) : 0u;
     unsigned features = 0;
     error = EINVAL;
-    for (const unsigned flags : {preferred, unsigned(IORING_SETUP_COOP_TASKRUN), 0u}) {
+    for (const unsigned flags : {preferred, cooperative, 0u}) {
       if (!options.uring_defer_taskrun && (flags & IORING_SETUP_DEFER_TASKRUN) != 0) continue;
       io_uring_params params{};
       params.flags = flags | cq_size;
@@ -124,7 +134,8 @@ class uring_reactor final : public reactor {
   }
 
   void poll() noexcept override {
-    if ((setup_flags_ & IORING_SETUP_DEFER_TASKRUN) != 0 && !in_flight_.empty()) {
+    if ((setup_flags_ & IORING_SETUP_DEFER_TASKRUN) != 0 && !in_flight_.empty() &&
+        (io_uring_sq_ready(&ring_) != 0 || task_work_may_be_pending())) {
       // Deferred task work runs only inside io_uring_enter: submit and collect in one call.
       int rc;
       do {
@@ -141,6 +152,11 @@ class uring_reactor final : public reactor {
   }
 
   std::size_t in_flight() const noexcept override { return in_flight_.size(); }
+
+  bool completions_pending() const noexcept override {
+    return io_uring_cq_ready(&ring_) != 0 || io_uring_cq_has_overflow(&ring_) ||
+           ((setup_flags_ & IORING_SETUP_TASKRUN_FLAG) != 0 && task_work_flagged());
+  }
 
   void drain() noexcept override {
     // cancel() may reap (a full SQ the kernel refused), running callbacks and removing
@@ -251,6 +267,19 @@ class uring_reactor final : public reactor {
       if (rc < 0 && rc != -EBUSY && rc != -EAGAIN && rc != -EINTR) return;  // e.g. -EEXIST
       if (reap() == 0 && rc >= 0) return;  // the flag is set but nothing came: don't spin
     }
+  }
+
+  // IORING_SQ_TASKRUN: the kernel queued task work for us (completions it will post when we
+  // enter). It sets the flag when it queues the first item and clears it when we run the work.
+  // A relaxed read (liburing's READ_ONCE) is enough: a flag set just after we looked is seen by
+  // the next poll(), and wait() always enters the kernel before blocking.
+  bool task_work_flagged() const noexcept {
+    return (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+  }
+  // Whether poll() must enter the kernel to find completions: without TASKRUN_FLAG we cannot
+  // tell, so always.
+  bool task_work_may_be_pending() const noexcept {
+    return (setup_flags_ & IORING_SETUP_TASKRUN_FLAG) == 0 || task_work_flagged();
   }
 
   void arm_wake_read() noexcept {

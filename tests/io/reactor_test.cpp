@@ -867,6 +867,48 @@ TEST_P(ReactorDirect, WaitWithATimeoutReturns) {
   EXPECT_EQ(r.result, -ECANCELED);
 }
 
+// An executor that never parks only polls: poll() alone must deliver a completion that arrives
+// after the operation was submitted (io_uring with DEFER_TASKRUN runs the kernel's task work only
+// when entered, and poll() enters only when the ring flags work for it). completions_pending()
+// says so beforehand without a system call where the backend can tell (io_uring), and is false
+// once poll() delivered everything.
+TEST_P(ReactorDirect, PollAloneDeliversACompletionThatArrivesLater) {
+  for (const bool defer_taskrun : {true, false}) {
+    SCOPED_TRACE(defer_taskrun ? "DEFER_TASKRUN" : "older set-up");
+    spindle::core::reactor_options options;
+    options.uring_defer_taskrun = defer_taskrun;
+    auto reactor = spindle::core::make_reactor(GetParam(), options);
+    reactor->attach_owner();
+    fd_pair p;
+    make_pipe(p);
+    for (int round = 0; round < 100; ++round) {
+      recorded r;
+      char buffer[1] = {0};
+      io_operation op = recorded_op(io_opcode::read, p.read_end, r, buffer, 1);
+      reactor->submit(&op);
+      reactor->poll();  // submitted: the read now waits for data
+      EXPECT_EQ(r.calls, 0);
+      const char byte = char('a' + round % 26);
+      ASSERT_EQ(::write(p.write_end, &byte, 1), 1);
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      if (GetParam() == io_backend::uring) {
+        while (!reactor->completions_pending()) {
+          ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "never flagged";
+        }
+      }
+      while (r.calls == 0) {
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "poll() never delivered";
+        reactor->poll();
+      }
+      EXPECT_EQ(r.calls, 1);
+      EXPECT_EQ(r.result, 1);
+      EXPECT_EQ(buffer[0], byte);
+      EXPECT_FALSE(reactor->completions_pending());
+      EXPECT_EQ(reactor->in_flight(), 0u);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ReactorDirect,
                          ::testing::Values(io_backend::uring, io_backend::epoll),
                          [](const ::testing::TestParamInfo<io_backend>& info) {

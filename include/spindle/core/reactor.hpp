@@ -141,6 +141,11 @@ class reactor : public park_driver {
   virtual void poll() noexcept = 0;
   // Owner. Operations submitted and not yet completed.
   virtual std::size_t in_flight() const noexcept = 0;
+  // Owner, no system call: true if poll() has completions to deliver right now, as far as the
+  // backend can tell without asking the kernel (io_uring: a CQE on the ring, deferred task work
+  // flagged in the SQ ring's flags, overflowed CQEs). A hint for an executor deciding whether to
+  // keep spinning; false from a backend that cannot tell (epoll).
+  virtual bool completions_pending() const noexcept { return false; }
   // Owner: cancels everything in flight and waits for every final completion.
   virtual void drain() noexcept = 0;
 
