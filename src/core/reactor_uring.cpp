@@ -146,6 +146,10 @@ class uring_reactor final : public reactor {
       // -EAGAIN: what is queued stays queued for the next poll()/wait().
     } else if (io_uring_sq_ready(&ring_) != 0) {
       submit_queued();
+    } else if ((setup_flags_ & IORING_SETUP_DEFER_TASKRUN) == 0 &&
+               (setup_flags_ & IORING_SETUP_TASKRUN_FLAG) != 0 && task_work_flagged()) {
+      // Cooperative task work runs when we next enter the kernel (or at a timer tick): enter now.
+      enter(io_sq_point::get_events, [this] { return io_uring_get_events(&ring_); });
     }
     reap();
     flush_overflow();
