@@ -185,14 +185,18 @@ runnable* executor::search() noexcept {
   // Exponential backoff between rounds (seed 003 TODO): a failed round means the other
   // executors' queues are empty right now; spinning harder only steals cache lines from them.
   // Waiting between rounds is worth it only while another executor is awake to produce work,
-  // and ends as soon as our own ring has completions for us (the loop polls it next).
+  // and ends as soon as our own ring has completions for us: we deliver them and run what they
+  // woke (run_one ends the search).
   for (std::uint32_t round = 0; round < 4; ++round) {
     if (runnable* r = steal_round()) return r;
     // A message arrived: the loop polls its mailbox before searching on.
     if (core_.stopping() || !mailbox_.empty()) return nullptr;
     if (round == 3 || core_.unparked_count() <= 1) break;
     for (std::uint32_t spin = 0; spin < (32u << round); ++spin) {
-      if ((spin & 15) == 0 && reactor_->completions_pending()) return nullptr;
+      if ((spin & 15) == 0 && reactor_->completions_pending()) {
+        reactor_->poll();
+        return local_.pop();  // null if the completions woke nothing here: the loop parks
+      }
       cpu_relax();
     }
   }

@@ -146,10 +146,6 @@ class uring_reactor final : public reactor {
       // -EAGAIN: what is queued stays queued for the next poll()/wait().
     } else if (io_uring_sq_ready(&ring_) != 0) {
       submit_queued();
-    } else if ((setup_flags_ & IORING_SETUP_DEFER_TASKRUN) == 0 &&
-               (setup_flags_ & IORING_SETUP_TASKRUN_FLAG) != 0 && task_work_flagged()) {
-      // Cooperative task work runs when we next enter the kernel (or at a timer tick): enter now.
-      enter(io_sq_point::get_events, [this] { return io_uring_get_events(&ring_); });
     }
     reap();
     flush_overflow();
@@ -158,6 +154,9 @@ class uring_reactor final : public reactor {
   std::size_t in_flight() const noexcept override { return in_flight_.size(); }
 
   bool completions_pending() const noexcept override {
+    // Nothing in flight: nothing to deliver, whatever the flags say (a flag raised by the wake-up
+    // read's or a cancel request's task work stays up until poll() next enters).
+    if (in_flight_.empty()) return false;
     return io_uring_cq_ready(&ring_) != 0 || io_uring_cq_has_overflow(&ring_) ||
            ((setup_flags_ & IORING_SETUP_TASKRUN_FLAG) != 0 && task_work_flagged());
   }
@@ -273,10 +272,13 @@ class uring_reactor final : public reactor {
     }
   }
 
-  // IORING_SQ_TASKRUN: the kernel queued task work for us (completions it will post when we
-  // enter). It sets the flag when it queues the first item and clears it when we run the work.
-  // A relaxed read (liburing's READ_ONCE) is enough: a flag set just after we looked is seen by
-  // the next poll(), and wait() always enters the kernel before blocking.
+  // IORING_SQ_TASKRUN, a hint: the kernel queued task work for us (completions it will post when
+  // we enter). With DEFER_TASKRUN it raises the flag when it adds work to an empty list, clears it
+  // when we run the work, and raises it again if it left some for the next call; it may also be
+  // left up after we ran the work, which costs one needless enter. With COOP_TASKRUN the work
+  // also runs at our next return to user space, so poll() does not enter for it. A relaxed read
+  // (liburing's READ_ONCE) is enough: a flag set just after we looked is seen by the next
+  // poll(), and wait() always enters the kernel before blocking.
   bool task_work_flagged() const noexcept {
     return (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
   }

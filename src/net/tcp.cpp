@@ -149,11 +149,27 @@ task<std::size_t> tcp_stream::write(std::span<const std::byte> buffer) {
 
 task<void> tcp_stream::write_all(std::span<const std::byte> buffer) {
   if (fd_ < 0) detail::throw_error(EBADF, "send");
-  // Every send goes through the reactor, so the sends of one time slice reach the kernel in one
-  // io_uring_enter (seed 000's batch). A plain send(2) per call (Asio's speculative write) was
-  // measured against this: with the server CPU-bound, batched sends serve 15% more requests per
-  // CPU second (docs/design/benchmarks.md, "http").
+  // On io_uring every send goes through the ring, so the sends of one time slice reach the
+  // kernel in one io_uring_enter (seed 000's batch). A plain send(2) per call (Asio's
+  // speculative write) was measured against this: with the server CPU-bound, batched sends serve
+  // 15% more requests per CPU second (docs/design/benchmarks.md, "http"). epoll has no batch to
+  // join (each send is its own system call there too), so it keeps the speculative send, which
+  // saves the suspension: whatever does not fit goes through the reactor below.
   std::size_t done = 0;
+  if (io::current_reactor().backend() == core::io_backend::epoll) {
+    for (;;) {
+      const ssize_t sent = ::send(fd_, buffer.data() + done, buffer.size() - done,
+                                  MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (sent > 0) {
+        done += static_cast<std::size_t>(sent);
+        if (done == buffer.size()) co_return;
+        continue;
+      }
+      if (sent < 0 && errno == EINTR) continue;
+      if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) detail::throw_errno("send");
+      break;
+    }
+  }
   while (done < buffer.size()) {
     const std::span<const std::byte> rest = buffer.subspan(done);
     io_operation op = detail::make_transfer(io_opcode::send, fd_, rest.data(), rest.size());

@@ -576,6 +576,53 @@ INSTANTIATE_TEST_SUITE_P(SetUps, CqOverflow, ::testing::Values(true, false),
                            return std::string(info.param ? "defer_taskrun" : "coop_taskrun");
                          });
 
+// poll() between runnables costs no system call while nothing happened: with a read in flight
+// that nothing satisfies, a thousand polls enter the kernel at no io_sq_point (the hook counts
+// every entry). Then data arrives and poll() alone delivers it.
+class IdlePoll : public hooked_reactor_test<bool> {
+ protected:
+  void SetUp() override {
+    open(0, {.uring_defer_taskrun = GetParam()});
+    if (!reactor_) GTEST_SKIP() << "io_uring cannot be set up here";
+  }
+  static std::uint64_t kernel_entries() {
+    std::uint64_t total = 0;
+    for (const io_sq_point point : {io_sq_point::submit, io_sq_point::submit_and_get_events,
+                                    io_sq_point::submit_and_wait, io_sq_point::drain_wait,
+                                    io_sq_point::get_events}) {
+      total += calls_at(point);
+    }
+    return total;
+  }
+};
+
+TEST_P(IdlePoll, PollingWithNothingNewEntersNoSystemCall) {
+  fd_pair p;
+  make_pipe(p);
+  recorded r;
+  char buffer[1] = {0};
+  io_operation op = recorded_op(io_opcode::read, p.read_end, r, buffer, 1);
+  drain_on_exit drain{*reactor_};
+  reactor_->submit(&op);
+  reactor_->poll();  // submits the read, which now waits for data
+  const std::uint64_t entries_after_submit = kernel_entries();
+  EXPECT_GT(entries_after_submit, 0u) << hook_summary();
+  for (int i = 0; i < 1000; ++i) reactor_->poll();
+  EXPECT_EQ(kernel_entries(), entries_after_submit) << hook_summary();
+  EXPECT_EQ(r.calls, 0);
+  EXPECT_FALSE(reactor_->completions_pending());
+  ASSERT_EQ(::write(p.write_end, "!", 1), 1);
+  EXPECT_TRUE(reactor_->completions_pending());  // the flag, or (older set-up) the CQE itself
+  ASSERT_TRUE(drive_by_polling(*reactor_, [&] { return r.calls == 1; }));
+  EXPECT_EQ(r.result, 1);
+  EXPECT_EQ(buffer[0], '!');
+}
+
+INSTANTIATE_TEST_SUITE_P(SetUps, IdlePoll, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "defer_taskrun" : "coop_taskrun");
+                         });
+
 // --- through a runtime: every executor's reactor has the hook --------------------------------
 
 spindle::task<void> install(spindle::core::io_sq_fault_hook hook) {
