@@ -781,15 +781,26 @@ spindle::task<std::string> timeouts_then_data(int read_fd, int write_fd, int rou
   co_return n == 4 ? std::string(buffer, 4) : "error " + std::to_string(n);
 }
 
+// `count` non-blocking pipes, each with a 4-byte read buffer filled with '#' (a read that never
+// happened leaves it so).
+struct pipe_readers {
+  std::vector<std::unique_ptr<fd_pair>> pipes;
+  std::vector<std::array<char, 4>> buffers;
+  explicit pipe_readers(int count) : buffers(std::size_t(count)) {
+    for (int i = 0; i < count; ++i) pipes.push_back(std::make_unique<fd_pair>(nonblocking_pipe));
+    for (auto& b : buffers) b.fill('#');
+  }
+  bool opened() const {
+    return std::all_of(pipes.begin(), pipes.end(), [](const auto& p) { return p->read_end >= 0; });
+  }
+};
+
 TEST_P(SqFullRuntime, CancellationLosesNoData) {
   constexpr int count = 64;
-  std::vector<std::unique_ptr<fd_pair>> pipes;
-  for (int i = 0; i < count; ++i) {
-    pipes.push_back(std::make_unique<fd_pair>(nonblocking_pipe));
-    ASSERT_GE(pipes.back()->read_end, 0);
-  }
-  std::vector<std::array<char, 4>> buffers(count);
-  for (auto& b : buffers) b.fill('#');
+  pipe_readers fixture(count);
+  ASSERT_TRUE(fixture.opened());
+  auto& pipes = fixture.pipes;
+  auto& buffers = fixture.buffers;
   {
     auto rt = hooked_runtime(2);
     // 1. join_handle::cancel while half the pipes were just given data: each read either got
@@ -839,13 +850,10 @@ TEST_P(SqFullRuntime, CancellationLosesNoData) {
 
 TEST_P(SqFullRuntime, ShutdownWithReadsInFlightDrainsEveryOne) {
   constexpr int count = 64;
-  std::vector<std::unique_ptr<fd_pair>> pipes;
-  for (int i = 0; i < count; ++i) {
-    pipes.push_back(std::make_unique<fd_pair>(nonblocking_pipe));
-    ASSERT_GE(pipes.back()->read_end, 0);
-  }
-  std::vector<std::array<char, 4>> buffers(count);
-  for (auto& b : buffers) b.fill('#');
+  pipe_readers fixture(count);
+  ASSERT_TRUE(fixture.opened());
+  auto& pipes = fixture.pipes;
+  auto& buffers = fixture.buffers;
   std::vector<spindle::join_handle<std::int32_t>> readers;
   {
     auto rt = hooked_runtime(2);
