@@ -48,6 +48,20 @@ for preset in $presets; do
   fi
 done
 
+# CI keeps only the tail of this output: repeat each failure (its result line and
+# the first lines of its output) here, where the tail will show it.
+for preset in $presets; do
+  log="$logdir/$preset.log"
+  [[ -f "$log" ]] || continue
+  grep -qE '\*\*\*|\((Failed|Timeout|SEGFAULT|Subprocess aborted|Child aborted)\)' "$log" || continue
+  echo "=== [$preset] failures"
+  awk '
+    /^ *[0-9]+\/[0-9]+ Test +#[0-9]+:/ { inside = ($0 !~ / Passed /); shown = 0 }
+    /^ +Start +[0-9]+:/ { inside = 0 }
+    inside && shown < 60 { print; shown++ }
+  ' "$log"
+done
+
 echo "$passed passed, $failed failed"
 (( failed == 0 )) || status=1
 exit "$status"
