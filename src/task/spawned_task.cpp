@@ -33,7 +33,9 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   if (!t->started_) {
     t->started_ = true;
     if (t->cancellation_requested()) {
-      // Cancelled before it ever ran: it does not run at all.
+      // Cancelled before it ever ran: it does not run at all, and its frame (with whatever
+      // its parameters own) goes now, not with the last handle.
+      t->destroy_frame_(t);
       t->complete_with(outcome_kind::cancelled);
       return;
     }
@@ -49,6 +51,7 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
 bool spawned_task_base::begin_function_run() noexcept {
   started_ = true;
   if (cancellation_requested()) {
+    destroy_frame_(this);  // the callable and its captures, as for a frame above
     complete_with(outcome_kind::cancelled);
     return false;
   }

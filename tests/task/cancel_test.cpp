@@ -67,6 +67,40 @@ TEST(Cancel, BeforeStartFromOutside) {
   EXPECT_EQ(ran.load(), 0);
 }
 
+// A task cancelled before it ran gives up its frame (and what its parameters own) when it
+// completes, while its handle still holds the task: nothing it owns waits for the handle.
+TEST(Cancel, BeforeStartTheFrameGoesAtCompletionNotWithTheHandle) {
+  spindle::runtime rt({.workers = 1});
+  std::atomic<bool> release{false}, blocking{false};
+  auto blocker = rt.spawn([&] {
+    blocking.store(true);
+    while (!release.load()) {
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return blocking.load(); }));
+  std::atomic<int> frames_destroyed{0};
+  auto h = rt.spawn(forever_yielding(frame_counter(frames_destroyed)));
+  std::atomic<bool> callable_destroyed{false};
+  struct destroy_flag {
+    std::atomic<bool>* flag = nullptr;
+    ~destroy_flag() {
+      if (flag != nullptr) flag->store(true);
+    }
+  };
+  auto owned = std::make_shared<destroy_flag>();
+  owned->flag = &callable_destroyed;
+  auto f = rt.spawn([owned = std::move(owned)] {});
+  h.cancel();
+  f.cancel();
+  release.store(true);
+  blocker.join();
+  ASSERT_TRUE(eventually([&] { return h.is_finished() && f.is_finished(); }));
+  EXPECT_EQ(frames_destroyed.load(), 1);  // h is still held here
+  EXPECT_TRUE(callable_destroyed.load());
+  EXPECT_THROW(h.join(), spindle::task_cancelled);
+  EXPECT_THROW(f.join(), spindle::task_cancelled);
+}
+
 TEST(Cancel, AfterCompletionKeepsTheValue) {
   spindle::runtime rt({.workers = 1});
   auto h = rt.spawn(value(4));
