@@ -195,6 +195,37 @@ measurement run_submit(long count, int threads) {
   return {seconds, done.load(), count};
 }
 
+// --- dispatch: the same, through a dispatcher (futures, cancellation, a scope to close) ------
+// Each submission's future is dropped at once, as `submit` drops its join handles.
+measurement run_dispatch_mode(long count, int threads, spindle::dispatch_mode mode) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::dispatcher dispatcher(rt, {.mode = mode});
+  std::atomic<long> done{0};
+  auto round = [&](long n) {
+    done.store(0);
+    const auto start = bench_clock::now();
+    std::thread foreign([&] {
+      for (long i = 0; i < n; ++i) {
+        (void)dispatcher.submit([&done, n] {
+          if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) done.notify_one();
+        });
+      }
+      for (long v = done.load(); v != n; v = done.load()) done.wait(v);
+    });
+    foreign.join();
+    return seconds_since(start);
+  };
+  round(count / 10);
+  const double seconds = round(count);
+  return {seconds, done.load(), count};
+}
+measurement run_dispatch(long count, int threads) {
+  return run_dispatch_mode(count, threads, spindle::dispatch_mode::parallel);
+}
+measurement run_dispatch_sequential(long count, int threads) {
+  return run_dispatch_mode(count, threads, spindle::dispatch_mode::sequential);
+}
+
 // --- actors: pingpong, ring, skynet-actors ---------------------------------------------------
 // The actors are spawned from a task on one worker (spawn_actor_here), as an actor program's
 // root would; placement and migration then decide where they run.
@@ -404,6 +435,8 @@ const std::map<std::string, workload>& workloads() {
       {"skynet", {&run_skynet, 1000000}},
       {"skynet-tasks", {&run_skynet_tasks, 1000000}},
       {"submit", {&run_submit, 1000000}},
+      {"dispatch", {&run_dispatch, 1000000}},
+      {"dispatch-sequential", {&run_dispatch_sequential, 1000000}},
   };
   return table;
 }

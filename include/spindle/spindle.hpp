@@ -14,6 +14,7 @@
 #include "spindle/io/io.hpp"
 #include "spindle/net/net.hpp"
 #include "spindle/actor/actors.hpp"
+#include "spindle/dispatch/dispatcher.hpp"
 
 namespace spindle {
 

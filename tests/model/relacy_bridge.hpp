@@ -67,6 +67,9 @@ class relacy_atomic {
   T fetch_sub(T v, std::memory_order mo = std::memory_order_seq_cst) {
     return value_($).fetch_sub(v, to_rl(mo));
   }
+  T fetch_or(T v, std::memory_order mo = std::memory_order_seq_cst) {
+    return value_($).fetch_or(v, to_rl(mo));
+  }
   bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
                              std::memory_order failure) {
     return value_($).compare_exchange_weak(expected, desired, to_rl(Weaken::cas_success(success)),

@@ -161,6 +161,7 @@ class runtime {
   void shutdown() noexcept;
 
  private:
+  friend class dispatcher;  // keeps the runtime's state alive while its submissions may run
   std::shared_ptr<detail::runtime_state> state_;
 };
 
