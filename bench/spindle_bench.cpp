@@ -172,18 +172,16 @@ void print_executor_statistics(spindle::runtime& rt) {
 }
 
 // --- submit: a thread the runtime does not own submits N empty tasks, waits for all ----------
-measurement run_submit(long count, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+// `submit_one(done, n)` hands one job to the runtime that counts itself in `done`; a warm-up
+// round of N/10 first, then the timed round.
+template <class SubmitOne>
+measurement time_foreign_submissions(long count, SubmitOne submit_one) {
   std::atomic<long> done{0};
   auto round = [&](long n) {
     done.store(0);
     const auto start = bench_clock::now();
     std::thread foreign([&] {
-      for (long i = 0; i < n; ++i) {
-        rt.spawn([&done, n] {
-          if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) done.notify_one();
-        }).detach();
-      }
+      for (long i = 0; i < n; ++i) submit_one(done, n);
       for (long v = done.load(); v != n; v = done.load()) done.wait(v);
     });
     foreign.join();
@@ -191,8 +189,21 @@ measurement run_submit(long count, int threads) {
   };
   round(count / 10);
   const double seconds = round(count);
-  if (std::getenv("SPINDLE_BENCH_STATISTICS") != nullptr) print_executor_statistics(rt);
   return {seconds, done.load(), count};
+}
+
+// The job: counts itself, and wakes the submitter when it is the last.
+inline void count_job(std::atomic<long>& done, long n) {
+  if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) done.notify_one();
+}
+
+measurement run_submit(long count, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  const measurement m = time_foreign_submissions(count, [&rt](std::atomic<long>& done, long n) {
+    rt.spawn([&done, n] { count_job(done, n); }).detach();
+  });
+  if (std::getenv("SPINDLE_BENCH_STATISTICS") != nullptr) print_executor_statistics(rt);
+  return m;
 }
 
 // --- dispatch: the same, through a dispatcher (futures, cancellation, a scope to close) ------
@@ -200,24 +211,9 @@ measurement run_submit(long count, int threads) {
 measurement run_dispatch_mode(long count, int threads, spindle::dispatch_mode mode) {
   spindle::runtime rt({.workers = std::uint32_t(threads)});
   spindle::dispatcher dispatcher(rt, {.mode = mode});
-  std::atomic<long> done{0};
-  auto round = [&](long n) {
-    done.store(0);
-    const auto start = bench_clock::now();
-    std::thread foreign([&] {
-      for (long i = 0; i < n; ++i) {
-        (void)dispatcher.submit([&done, n] {
-          if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) done.notify_one();
-        });
-      }
-      for (long v = done.load(); v != n; v = done.load()) done.wait(v);
-    });
-    foreign.join();
-    return seconds_since(start);
-  };
-  round(count / 10);
-  const double seconds = round(count);
-  return {seconds, done.load(), count};
+  return time_foreign_submissions(count, [&dispatcher](std::atomic<long>& done, long n) {
+    (void)dispatcher.submit([&done, n] { count_job(done, n); });
+  });
 }
 measurement run_dispatch(long count, int threads) {
   return run_dispatch_mode(count, threads, spindle::dispatch_mode::parallel);

@@ -335,6 +335,18 @@ void dispatcher::enqueue(detail::submission_base* s) { shared_->enqueue(s); }
 
 dispatch_mode dispatcher::mode() const noexcept { return shared_->options.mode; }
 
+const char* to_string(dispatch_mode mode) noexcept {
+  switch (mode) {
+    case dispatch_mode::parallel:
+      return "parallel";
+    case dispatch_mode::sequential:
+      return "sequential";
+    case dispatch_mode::sequential_uncancelable:
+      break;
+  }
+  return "sequential_uncancelable";
+}
+
 std::uint64_t dispatcher::pending() const noexcept {
   // relaxed: a snapshot.
   return shared_->outstanding.load(std::memory_order_relaxed);

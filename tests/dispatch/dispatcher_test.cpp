@@ -70,13 +70,6 @@ spindle::task<void> log_in_order(order_log& log, int i) {
   log.inside.fetch_sub(1);
 }
 
-struct destroy_flag {
-  std::atomic<bool>* flag = nullptr;
-  ~destroy_flag() {
-    if (flag != nullptr) flag->store(true);
-  }
-};
-
 template <class T>
 bool ended_cancelled(spindle::dispatch_future<T>& f) {
   try {
@@ -87,17 +80,7 @@ bool ended_cancelled(spindle::dispatch_future<T>& f) {
   return false;
 }
 
-std::string mode_name(dispatch_mode mode) {
-  switch (mode) {
-    case dispatch_mode::parallel:
-      return "parallel";
-    case dispatch_mode::sequential:
-      return "sequential";
-    case dispatch_mode::sequential_uncancelable:
-      break;
-  }
-  return "sequential_uncancelable";
-}
+std::string mode_name(dispatch_mode mode) { return spindle::to_string(mode); }
 
 class AnyMode : public ::testing::TestWithParam<dispatch_mode> {};
 
@@ -166,9 +149,7 @@ TEST_P(AnyMode, CancellingAQueuedSubmissionRemovesIt) {
   spin_until([&] { return started.load(); });
   std::atomic<int> ran{0};
   std::atomic<bool> body_destroyed{false};
-  auto owned = std::make_shared<destroy_flag>();
-  owned->flag = &body_destroyed;
-  auto queued = d.submit([&ran, owned = std::move(owned)] { ran.fetch_add(1); });
+  auto queued = d.submit([&ran, owned = make_destroy_flag(body_destroyed)] { ran.fetch_add(1); });
   EXPECT_TRUE(queued.cancel());
   EXPECT_TRUE(queued.is_ready());  // at once: no executor needed
   EXPECT_TRUE(body_destroyed.load());  // and its captures are gone already

@@ -429,8 +429,9 @@ TEST_P(IoFile, WithTimeoutCancelsFileOperations) {
     }
     std::printf("[          ] cancelled closes: %d of 50 ran\n", closed);
   }(path("cancel"), reads, writes));
-  EXPECT_GT(reads.load(), 0);
-  EXPECT_GT(writes.load(), 0);
+  // How many reads and writes completed within 20 ms is a matter of speed, not behaviour (a
+  // loaded CI machine completed no write in time once): only reported.
+  std::printf("[          ] before the timeouts: %ld reads, %ld writes\n", reads.load(), writes.load());
 }
 
 TEST_P(IoFile, CancelledTaskStopsAtItsNextFileOperation) {

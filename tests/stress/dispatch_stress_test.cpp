@@ -50,17 +50,7 @@ constexpr double tsan_factor = 0.05;
 constexpr std::uint32_t submitters = 4;
 constexpr std::uint64_t none = ~std::uint64_t(0);
 
-const char* mode_name(dispatch_mode mode) {
-  switch (mode) {
-    case dispatch_mode::parallel:
-      return "parallel";
-    case dispatch_mode::sequential:
-      return "sequential";
-    case dispatch_mode::sequential_uncancelable:
-      break;
-  }
-  return "sequential_uncancelable";
-}
+const char* mode_name(dispatch_mode mode) { return spindle::to_string(mode); }
 
 bool in_order(dispatch_mode mode) { return mode != dispatch_mode::parallel; }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -128,6 +129,19 @@ struct frame_counter {
     if (destroyed != nullptr) destroyed->fetch_add(1);
   }
 };
+
+// Owned by something whose destruction a test checks: sets `flag` when destroyed.
+struct destroy_flag {
+  std::atomic<bool>* flag = nullptr;
+  ~destroy_flag() {
+    if (flag != nullptr) flag->store(true);
+  }
+};
+inline std::shared_ptr<destroy_flag> make_destroy_flag(std::atomic<bool>& flag) {
+  auto owned = std::make_shared<destroy_flag>();
+  owned->flag = &flag;
+  return owned;
+}
 
 // A task that yields forever, counting its frame's destruction (ends only by cancel or shutdown).
 inline spindle::task<void> forever_yielding(frame_counter) {

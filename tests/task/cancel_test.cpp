@@ -37,6 +37,30 @@ spindle::task<void> spawn_cancelled_child(std::atomic<int>& ran, std::atomic<int
   }
 }
 
+// Holds a runtime's only executor with a spinning task until release(), so what is spawned
+// meanwhile waits in its queue.
+class executor_blocker {
+ public:
+  explicit executor_blocker(spindle::runtime& rt)
+      : task_(rt.spawn([this] {
+          running_.store(true);
+          while (!released_.load()) {
+          }
+        })) {
+    spin_until([this] { return running_.load(); });
+  }
+  ~executor_blocker() { release(); }
+  void release() {
+    released_.store(true);
+    if (task_.valid()) task_.join();
+  }
+
+ private:
+  std::atomic<bool> running_{false};
+  std::atomic<bool> released_{false};
+  spindle::join_handle<void> task_;
+};
+
 TEST(Cancel, BeforeStartTheBodyNeverRuns) {
   spindle::runtime rt({.workers = 1});
   for (int i = 0; i < 1000; ++i) {
@@ -49,21 +73,13 @@ TEST(Cancel, BeforeStartTheBodyNeverRuns) {
 
 TEST(Cancel, BeforeStartFromOutside) {
   spindle::runtime rt({.workers = 1});
-  // Occupy the only executor so the spawned task cannot start before the cancel.
-  std::atomic<bool> release{false}, blocking{false};
-  auto blocker = rt.spawn([&] {
-    blocking.store(true);
-    while (!release.load()) {
-    }
-  });
-  ASSERT_TRUE(eventually([&] { return blocking.load(); }));
+  executor_blocker blocker(rt);  // the spawned task cannot start before the cancel
   std::atomic<int> ran{0};
   auto h = rt.spawn(record_run(ran));
   h.cancel();
   h.cancel();  // idempotent
-  release.store(true);
+  blocker.release();
   EXPECT_THROW(h.join(), spindle::task_cancelled);
-  blocker.join();
   EXPECT_EQ(ran.load(), 0);
 }
 
@@ -71,29 +87,14 @@ TEST(Cancel, BeforeStartFromOutside) {
 // completes, while its handle still holds the task: nothing it owns waits for the handle.
 TEST(Cancel, BeforeStartTheFrameGoesAtCompletionNotWithTheHandle) {
   spindle::runtime rt({.workers = 1});
-  std::atomic<bool> release{false}, blocking{false};
-  auto blocker = rt.spawn([&] {
-    blocking.store(true);
-    while (!release.load()) {
-    }
-  });
-  ASSERT_TRUE(eventually([&] { return blocking.load(); }));
+  executor_blocker blocker(rt);
   std::atomic<int> frames_destroyed{0};
   auto h = rt.spawn(forever_yielding(frame_counter(frames_destroyed)));
   std::atomic<bool> callable_destroyed{false};
-  struct destroy_flag {
-    std::atomic<bool>* flag = nullptr;
-    ~destroy_flag() {
-      if (flag != nullptr) flag->store(true);
-    }
-  };
-  auto owned = std::make_shared<destroy_flag>();
-  owned->flag = &callable_destroyed;
-  auto f = rt.spawn([owned = std::move(owned)] {});
+  auto f = rt.spawn([owned = make_destroy_flag(callable_destroyed)] {});
   h.cancel();
   f.cancel();
-  release.store(true);
-  blocker.join();
+  blocker.release();
   ASSERT_TRUE(eventually([&] { return h.is_finished() && f.is_finished(); }));
   EXPECT_EQ(frames_destroyed.load(), 1);  // h is still held here
   EXPECT_TRUE(callable_destroyed.load());

@@ -51,6 +51,7 @@
 namespace spindle {
 
 enum class dispatch_mode : std::uint8_t { parallel, sequential, sequential_uncancelable };
+const char* to_string(dispatch_mode mode) noexcept;
 enum class close_policy : std::uint8_t { await_all, cancel_all };
 
 struct dispatcher_options {
