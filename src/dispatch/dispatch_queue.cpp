@@ -70,21 +70,7 @@ dispatch_queue::take_status dispatch_queue::take_batch(dispatch_node*& out, std:
   return closed_ && !latched_ ? take_status::closed_and_empty : take_status::empty;
 }
 
-dispatch_queue::take_status dispatch_queue::take_one(dispatch_node*& out) {
-  std::lock_guard guard(lock_);
-  if (front_ != nullptr) {
-    out = front_;
-    front_ = out->next;
-    if (front_ == nullptr) back_ = nullptr;
-    out->next = nullptr;
-    // relaxed: under lock_
-    size_.store(size_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-    return take_status::taken;
-  }
-  consumer_waiting_ = true;
-  ready_.reset();
-  return closed_ && !latched_ ? take_status::closed_and_empty : take_status::empty;
-}
+dispatch_queue::take_status dispatch_queue::take_one(dispatch_node*& out) { return take_batch(out, 1); }
 
 dispatch_node* dispatch_queue::drain() {
   std::lock_guard guard(lock_);
