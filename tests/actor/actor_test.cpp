@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "spindle/spindle.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -261,23 +262,14 @@ TEST(Actor, AskUnansweredThrowsChannelClosed) {
 TEST(Actor, BoundedMailboxRefusesWhenFullThenAcceptsAgain) {
   runtime rt({.workers = 1});
   // Occupy the only worker so the actor cannot run while we fill its mailbox.
-  std::atomic<bool> release{false};
-  std::atomic<bool> occupied{false};
-  auto blocker = rt.spawn([&] {
-    occupied.store(true);
-    occupied.notify_all();
-    while (!release.load()) release.wait(false);
-  });
-  while (!occupied.load()) occupied.wait(false);
+  spindle::testing::executor_blocker blocker(rt);
   spawn_options options;
   options.mailbox_capacity = 4;
   auto ref = spawn_actor<counter>(rt, options);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(ref.send(add{1}), send_result::queued);
   EXPECT_EQ(ref.send(add{100}), send_result::mailbox_full);
   EXPECT_EQ(ref.send(add{100}), send_result::mailbox_full);
-  release.store(true);
-  release.notify_all();
-  blocker.join();
+  blocker.release();
   EXPECT_EQ(ask_total(rt, ref), 4);
   EXPECT_EQ(ref.send(add{1}), send_result::queued);
   EXPECT_EQ(ask_total(rt, ref), 5);
@@ -319,10 +311,14 @@ TEST(ActorWheel, HungryActorsOnOneExecutorGetEqualShares) {
   std::vector<actor_ref<int>> refs;
   spawn_options options;
   options.executor = 0;
+  // All five start in the same turn: the only worker is held until every first message is in,
+  // else a descheduled test thread lets the first actor run alone for many quanta.
+  spindle::testing::executor_blocker blocker(rt);
   for (int i = 0; i < actors; ++i) {
     refs.push_back(spawn_actor<hungry>(rt, options, &remaining, &handled[std::size_t(i)], &stopped));
   }
   for (auto& r : refs) r.send(0);
+  blocker.release();
   for (int s = stopped.load(); s < actors; s = stopped.load()) stopped.wait(s);
   long total = 0;
   for (long h : handled) total += h;

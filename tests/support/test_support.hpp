@@ -66,6 +66,30 @@ inline spindle::task<void> yield_until(std::atomic<bool>& flag) {
   while (!flag.load(std::memory_order_acquire)) co_await spindle::yield_now();
 }
 
+// Holds a runtime's only executor with a spinning task until release(), so what is spawned
+// meanwhile waits in its queue.
+class executor_blocker {
+ public:
+  explicit executor_blocker(spindle::runtime& rt)
+      : task_(rt.spawn([this] {
+          running_.store(true);
+          while (!released_.load()) {
+          }
+        })) {
+    spin_until([this] { return running_.load(); });
+  }
+  ~executor_blocker() { release(); }
+  void release() {
+    released_.store(true);
+    if (task_.valid()) task_.join();
+  }
+
+ private:
+  std::atomic<bool> running_{false};
+  std::atomic<bool> released_{false};
+  spindle::join_handle<void> task_;
+};
+
 // --- runtime and virtual-time fixtures -------------------------------------------------------
 
 // Start time for manual_clock tests: far from the real steady clock, so a real-clock read shows.

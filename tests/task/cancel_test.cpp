@@ -37,30 +37,6 @@ spindle::task<void> spawn_cancelled_child(std::atomic<int>& ran, std::atomic<int
   }
 }
 
-// Holds a runtime's only executor with a spinning task until release(), so what is spawned
-// meanwhile waits in its queue.
-class executor_blocker {
- public:
-  explicit executor_blocker(spindle::runtime& rt)
-      : task_(rt.spawn([this] {
-          running_.store(true);
-          while (!released_.load()) {
-          }
-        })) {
-    spin_until([this] { return running_.load(); });
-  }
-  ~executor_blocker() { release(); }
-  void release() {
-    released_.store(true);
-    if (task_.valid()) task_.join();
-  }
-
- private:
-  std::atomic<bool> running_{false};
-  std::atomic<bool> released_{false};
-  spindle::join_handle<void> task_;
-};
-
 TEST(Cancel, BeforeStartTheBodyNeverRuns) {
   spindle::runtime rt({.workers = 1});
   for (int i = 0; i < 1000; ++i) {
