@@ -15,6 +15,7 @@
 #include "spindle/net/net.hpp"
 #include "spindle/actor/actors.hpp"
 #include "spindle/dispatch/dispatcher.hpp"
+#include "spindle/embed/embed.hpp"
 
 namespace spindle {
 

@@ -5,6 +5,7 @@
 
 #include "spindle/core/errors.hpp"
 #include "spindle/core/executor.hpp"
+#include "spindle/task/runtime.hpp"
 
 namespace spindle::io {
 
@@ -26,7 +27,12 @@ io_wait::cancel_request::cancel_request(io_wait& waiter) noexcept
 io_wait::io_wait(core::io_operation& operation) noexcept : operation_(operation), cancel_(*this) {}
 
 bool io_wait::await_ready() {
-  if (spawned_task_base::current() == nullptr || core::executor::current() == nullptr) {
+  // The task must run on this worker's runtime: an embedded executor has no reactor.
+  spawned_task_base* t = spawned_task_base::current();
+  core::executor* e = core::executor::current();
+  if (t == nullptr || e == nullptr ||
+      static_cast<::spindle::detail::task_host*>(
+          static_cast<::spindle::detail::runtime_state*>(e->core().layer_state())) != &t->host()) {
     throw usage_error("spindle: I/O needs a task running on a runtime worker");
   }
   return false;

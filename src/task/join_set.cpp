@@ -6,12 +6,12 @@
 
 namespace spindle::detail {
 
-runtime_state& current_state_or_throw() {
-  runtime_state* state = current_runtime_state();
-  if (state == nullptr) {
-    throw usage_error("spindle: join_set::spawn(task) outside a runtime worker; pass the runtime");
+task_host& current_host_or_throw() {
+  task_host* host = current_task_host();
+  if (host == nullptr) {
+    throw usage_error("spindle: join_set::spawn(task) outside a task or worker; pass the runtime");
   }
-  return *state;
+  return *host;
 }
 
 // --- completion_awaiter --------------------------------------------------------------------------

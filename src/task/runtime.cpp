@@ -1,23 +1,10 @@
 // The task layer's runtime: the task table, spawn entry points, shutdown step 5.
 #include "spindle/task/runtime.hpp"
 
-#include <vector>
-
 #include "spindle/core/executor.hpp"
 
 namespace spindle {
 namespace detail {
-
-void runtime_state::abandon_all() noexcept {
-  // Collect first: abandoning runs frame destructors and frees slots. Repeat in case a
-  // destructor made another task live (it cannot spawn: the runtime is stopping).
-  for (;;) {
-    std::vector<spawned_task_base*> victims;
-    tasks.for_each_live([&victims](spawned_task_base* t) { victims.push_back(t); });
-    if (victims.empty()) return;
-    for (spawned_task_base* t : victims) t->abandon();
-  }
-}
 
 void runtime_state::stop_extensions() noexcept {
   for (std::size_t slot = 0; slot < extension_slots; ++slot) {
@@ -37,6 +24,20 @@ runtime_state* current_runtime_state() noexcept {
   core::executor* e = core::executor::current();
   return e != nullptr ? static_cast<runtime_state*>(e->core().layer_state()) : nullptr;
 }
+
+task_host* current_task_host() noexcept {
+  if (spawned_task_base* t = spawned_task_base::current()) return &t->host();
+  return current_runtime_state();
+}
+
+std::int32_t runtime_state::table_shard() const noexcept { return current_executor_index(*core); }
+
+core::timer_service* runtime_state::timers_here() noexcept {
+  core::executor* e = core::executor::current();
+  return e != nullptr && &e->core() == core.get() ? &e->timers() : nullptr;
+}
+
+spindle::clock& runtime_state::clock() const noexcept { return core->clock(); }
 
 }  // namespace detail
 

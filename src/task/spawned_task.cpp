@@ -14,12 +14,16 @@ thread_local spawned_task_base* current_task = nullptr;
 
 spawned_task_base* spawned_task_base::current() noexcept { return current_task; }
 
-bool on_worker_thread() noexcept { return core::executor::current() != nullptr; }
+// A worker of some runtime, or any thread while it runs a task (an embedded executor's tick):
+// blocking there would stop the very thread that must run what is awaited.
+bool on_worker_thread() noexcept {
+  return core::executor::current() != nullptr || current_task != nullptr;
+}
 
-spawned_task_base::spawned_task_base(core::scheduler& scheduler, std::coroutine_handle<> root,
+spawned_task_base::spawned_task_base(task_host& host, std::coroutine_handle<> root,
                                      destroy_function destroy, frame_function destroy_frame) noexcept
     : core::runnable(nullptr),
-      scheduler_(&scheduler),
+      host_(&host),
       resume_point_(root),
       destroy_(destroy),
       destroy_frame_(destroy_frame) {
@@ -152,8 +156,7 @@ bool spawned_task_base::withdraw_joiner() noexcept {
 void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
   outcome_ = outcome;
   if (table_ != nullptr) {
-    core::executor* e = core::executor::current();
-    table_->erase(id_, e != nullptr ? std::int32_t(e->index()) : -1);
+    table_->erase(id_, host_->table_shard());
     table_ = nullptr;
   }
   // One CAS sets complete, takes over a registered joiner (clears join_waiting) and drops the

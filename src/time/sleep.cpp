@@ -2,22 +2,21 @@
 #include "spindle/time/sleep.hpp"
 
 #include "spindle/core/errors.hpp"
-#include "spindle/core/executor.hpp"
+#include "spindle/task/runtime.hpp"
 
 namespace spindle {
 namespace {
 
-core::executor& current_executor_or_throw(const char* what) {
-  core::executor* e = core::executor::current();
-  if (e == nullptr) throw usage_error(what);
-  return *e;
+detail::task_host& current_host_or_throw(const char* what) {
+  detail::task_host* host = detail::current_task_host();
+  if (host == nullptr) throw usage_error(what);
+  return *host;
 }
 
 }  // namespace
 
 clock_time now() {
-  return current_executor_or_throw("spindle::now() called outside a runtime worker")
-      .timers()
+  return current_host_or_throw("spindle::now() called outside a task or runtime worker")
       .clock()
       .now();
 }
@@ -46,11 +45,11 @@ timer_wait::~timer_wait() {
 }
 
 bool timer_wait::await_ready() {
-  if (spawned_task_base::current() == nullptr) {
-    throw usage_error("spindle: sleeping needs a task running on a runtime worker");
+  spawned_task_base* t = spawned_task_base::current();
+  if (t == nullptr || t->host().timers_here() == nullptr) {
+    throw usage_error("spindle: sleeping needs a task running on a runtime or embedded executor");
   }
-  core::executor& e = current_executor_or_throw("spindle: sleeping outside a runtime worker");
-  return deadline_ <= e.timers().clock().now();
+  return deadline_ <= t->host().clock().now();
 }
 
 bool timer_wait::await_suspend(std::coroutine_handle<> h) {
@@ -62,7 +61,7 @@ bool timer_wait::await_suspend(std::coroutine_handle<> h) {
   }
   // Everything the waker and the resumed task read is written before the entry is armed.
   task_ = t;
-  service_ = &core::executor::current()->timers();
+  service_ = t->host().timers_here();
   armed_ = true;
   try {
     service_->arm(entry_, deadline_);

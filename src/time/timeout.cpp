@@ -4,8 +4,7 @@
 
 #include <atomic>
 
-#include "spindle/core/executor.hpp"
-#include "spindle/core/runtime_core.hpp"
+#include "spindle/core/timer_wheel.hpp"
 
 namespace spindle::detail {
 
@@ -14,11 +13,13 @@ class timeout_signal final : public core::runnable {
   timeout_signal() noexcept : core::runnable(&table), entry_(*this) {}
 
   void arm(spawned_task_base& child, clock_time deadline) noexcept {
-    core::executor& e = *core::executor::current();
+    // The caller's host and timers: the runtime and this worker's wheel, or an embedded
+    // executor and its own.
+    task_host& host = spawned_task_base::current()->host();
     child.add_reference();
     child_ = &child;
-    service_ = &e.timers();
-    scheduler_ = &e.core();
+    service_ = host.timers_here();
+    scheduler_ = &host;
     armed_ = true;
     // Everything above is published to the fire callback by the service lock taken here.
     service_->arm(entry_, deadline);
@@ -72,7 +73,7 @@ class timeout_signal final : public core::runnable {
   entry_type entry_;
   spawned_task_base* child_ = nullptr;   // one reference held while set
   core::timer_service* service_ = nullptr;
-  core::scheduler* scheduler_ = nullptr;  // the owner executor's runtime
+  core::scheduler* scheduler_ = nullptr;  // the caller's host: runs the deferred cancel
   std::atomic<std::uint32_t> references_{1};  // the parent's guard (+1 while queued)
   bool armed_ = false;  // parent-side
   bool fired_ = false;  // written under the service lock by on_fire

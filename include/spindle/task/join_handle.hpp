@@ -37,22 +37,22 @@ namespace detail {
 template <class T>
 class spawned_task : public spawned_task_base {
  public:
-  static spawned_task* create(core::scheduler& scheduler, task<T> body) {
+  static spawned_task* create(task_host& host, task<T> body) {
     void* memory = core::allocate_frame(sizeof(spawned_task));
-    return ::new (memory) spawned_task(scheduler, std::move(body));
+    return ::new (memory) spawned_task(host, std::move(body));
   }
   // The outcome of a completed task: its value, or its exception rethrown.
   T take_result() { return take_result_(this); }
 
  protected:
   using take_function = T (*)(spawned_task*);
-  spawned_task(core::scheduler& scheduler, destroy_function destroy, frame_function destroy_frame,
+  spawned_task(task_host& host, destroy_function destroy, frame_function destroy_frame,
                take_function take) noexcept
-      : spawned_task_base(scheduler, {}, destroy, destroy_frame), take_result_(take) {}
+      : spawned_task_base(host, {}, destroy, destroy_frame), take_result_(take) {}
 
  private:
-  spawned_task(core::scheduler& scheduler, task<T> body) noexcept
-      : spawned_task_base(scheduler, body.handle(), &destroy_self, &destroy_body),
+  spawned_task(task_host& host, task<T> body) noexcept
+      : spawned_task_base(host, body.handle(), &destroy_self, &destroy_body),
         take_result_(&take_from_body),
         body_(std::move(body)) {
     body_.handle().promise().set_root(this);
@@ -77,14 +77,14 @@ class spawned_function final : public spawned_task<T> {
   using base = spawned_task<T>;
 
  public:
-  static spawned_function* create(core::scheduler& scheduler, F function) {
+  static spawned_function* create(task_host& host, F function) {
     void* memory = core::allocate_frame(sizeof(spawned_function));
-    return ::new (memory) spawned_function(scheduler, std::move(function));
+    return ::new (memory) spawned_function(host, std::move(function));
   }
 
  private:
-  spawned_function(core::scheduler& scheduler, F function)
-      : base(scheduler, &destroy_self, &destroy_function, &take_stored), function_(std::move(function)) {
+  spawned_function(task_host& host, F function)
+      : base(host, &destroy_self, &destroy_function, &take_stored), function_(std::move(function)) {
     static const core::runnable_vtable table = {&run_entry, &spawned_task_base::drop_entry};
     this->vtable = &table;
   }

@@ -67,8 +67,8 @@ namespace detail {
 inline runtime_state& state_of(runtime& rt) noexcept {
   return *static_cast<runtime_state*>(rt.core().layer_state());
 }
-// The task layer's state of the runtime whose worker is calling; usage_error off a worker.
-runtime_state& current_state_or_throw();
+// What runs the calling task (or the runtime of the calling worker); usage_error elsewhere.
+task_host& current_host_or_throw();
 
 // Waits for `target` to complete without being a cancellation point: the owner's cancellation
 // does not interrupt it. For structured cleanup (a parent that must not return before its child).
@@ -197,7 +197,7 @@ class join_set {
   ~join_set() { close(); }
 
   // Spawns `body` on the current runtime (on a worker) / on `rt` (anywhere).
-  void spawn(task<T> body) { spawn_into(detail::current_state_or_throw(), std::move(body)); }
+  void spawn(task<T> body) { spawn_into(detail::current_host_or_throw(), std::move(body)); }
   void spawn(runtime& rt, task<T> body) { spawn_into(detail::state_of(rt), std::move(body)); }
 
   std::size_t size() const noexcept { return size_; }
@@ -286,7 +286,7 @@ class join_set {
     if (core_ == nullptr) throw usage_error("spindle: join_set used after being moved from");
     return core_;
   }
-  void spawn_into(detail::runtime_state& state, task<T> body) {
+  void spawn_into(detail::task_host& state, task<T> body) {
     detail::join_set_core* core = checked_core();
     detail::join_set_child* child = detail::join_set_core::allocate_child();
     detail::spawned_task<T>* spawned;

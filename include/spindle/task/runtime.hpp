@@ -31,6 +31,7 @@
 #include "spindle/core/errors.hpp"
 #include "spindle/core/runtime_core.hpp"
 #include "spindle/task/join_handle.hpp"
+#include "spindle/task/task_host.hpp"
 #include "spindle/task/task.hpp"
 
 namespace spindle {
@@ -39,13 +40,20 @@ using runtime_options = core::runtime_options;
 
 namespace detail {
 
-// The task layer's per-runtime state, reachable from workers via runtime_core::layer_state().
-struct runtime_state {
+// The task layer's per-runtime state, reachable from workers via runtime_core::layer_state():
+// the task host of the multi-core runtime (its table shards are the executors).
+struct runtime_state final : task_host {
   std::shared_ptr<core::runtime_core> core;
-  task_table tasks;
-  explicit runtime_state(std::uint32_t executors) : tasks(executors) {}
-  // Shutdown step 5: abandons every task still in the table.
-  void abandon_all() noexcept;
+  explicit runtime_state(std::uint32_t executors) : task_host(executors) {}
+
+  // task_host
+  void schedule(core::runnable* r, core::schedule_hint hint) noexcept override {
+    core->schedule(r, hint);
+  }
+  std::int32_t table_shard() const noexcept override;
+  core::timer_service* timers_here() noexcept override;
+  spindle::clock& clock() const noexcept override;
+  bool stopping() const noexcept override { return core->stopping(); }
 
   // A layer built on tasks (the actor system) keeps its per-runtime state here: created on
   // first use, shut down right after the tasks were abandoned, destroyed with this state.
@@ -78,24 +86,28 @@ std::int32_t current_executor_index(const core::runtime_core& core) noexcept;
 
 runtime_state* current_runtime_state() noexcept;
 
+// The host of the task running on this thread, else the runtime of this worker thread, else
+// null: where spindle::spawn, now() and join sets find what runs them.
+task_host* current_task_host() noexcept;
+
 // A spawned task created and entered in the table but not yet scheduled, so the caller can
 // register a joiner or keep a raw reference before it can run. The caller then schedules it
 // exactly once (schedule_prepared, or schedule_on for a specific executor). Holds the usual two
 // references (running + handle).
 template <class T>
-spawned_task<T>* prepare_spawn(runtime_state& state, task<T> body) {
+spawned_task<T>* prepare_spawn(task_host& host, task<T> body) {
   if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
-  if (state.core->stopping()) throw runtime_stopped();
-  auto* spawned = spawned_task<T>::create(*state.core, std::move(body));
-  spawned->enter_table(state.tasks, current_executor_index(*state.core));
+  if (host.stopping()) throw runtime_stopped();
+  auto* spawned = spawned_task<T>::create(host, std::move(body));
+  spawned->enter_table();
   return spawned;
 }
-inline void schedule_prepared(runtime_state& state, spawned_task_base* spawned) noexcept {
-  state.core->schedule(spawned, core::schedule_hint::spawn);
+inline void schedule_prepared(task_host& host, spawned_task_base* spawned) noexcept {
+  host.schedule(spawned, core::schedule_hint::spawn);
 }
 
 template <class T>
-join_handle<T> spawn_in(runtime_state& state, task<T> body) {
+join_handle<T> spawn_in(task_host& state, task<T> body) {
   auto* spawned = prepare_spawn(state, std::move(body));
   schedule_prepared(state, spawned);
   return join_handle<T>(spawned);
@@ -107,12 +119,12 @@ template <class T>
 inline constexpr bool is_task_v<task<T>> = true;
 
 template <class F>
-auto spawn_function_in(runtime_state& state, F function) {
+auto spawn_function_in(task_host& host, F function) {
   using result = std::invoke_result_t<F&>;
-  if (state.core->stopping()) throw runtime_stopped();
-  auto* spawned = spawned_function<result, F>::create(*state.core, std::move(function));
-  spawned->enter_table(state.tasks, current_executor_index(*state.core));
-  state.core->schedule(spawned, core::schedule_hint::spawn);
+  if (host.stopping()) throw runtime_stopped();
+  auto* spawned = spawned_function<result, F>::create(host, std::move(function));
+  spawned->enter_table();
+  host.schedule(spawned, core::schedule_hint::spawn);
   return join_handle<result>(spawned);
 }
 
@@ -173,13 +185,13 @@ join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body) {
   return join_handle<T>(spawned);
 }
 
-// Spawns onto the runtime running the calling task. Throws usage_error when called outside a
-// runtime's worker thread.
+// Spawns onto what runs the calling task (its runtime, or its embedded executor), or onto the
+// runtime of the calling worker thread. Throws usage_error anywhere else.
 template <class T>
 join_handle<T> spawn(task<T> body) {
-  detail::runtime_state* state = detail::current_runtime_state();
-  if (state == nullptr) throw usage_error("spindle::spawn called outside a runtime worker");
-  return detail::spawn_in(*state, std::move(body));
+  detail::task_host* host = detail::current_task_host();
+  if (host == nullptr) throw usage_error("spindle::spawn called outside a task or runtime worker");
+  return detail::spawn_in(*host, std::move(body));
 }
 
 }  // namespace spindle

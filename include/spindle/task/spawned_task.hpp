@@ -42,6 +42,7 @@
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/task/cancellation.hpp"
+#include "spindle/task/task_host.hpp"
 #include "spindle/task/task_table.hpp"
 
 namespace spindle {
@@ -99,9 +100,11 @@ class spawned_task_base : public core::runnable {
   // Called on resumption from a cancellable wait: clears `wait` under the lock.
   void clear_wait() noexcept;
   // Wakes the task (schedules it). Exactly once per suspension, by whoever won the wait.
-  void wake() noexcept { scheduler_->schedule(this, core::schedule_hint::wake); }
+  void wake() noexcept { host_->schedule(this, core::schedule_hint::wake); }
   // Reschedules the running task behind other runnables (yield_now, cooperative budget).
-  void yield_to_scheduler() noexcept { scheduler_->schedule(this, core::schedule_hint::yield); }
+  void yield_to_scheduler() noexcept { host_->schedule(this, core::schedule_hint::yield); }
+  // What runs this task (the runtime or an embedded executor): its timers, clock, spawns.
+  task_host& host() const noexcept { return *host_; }
 
   // --- used by join handles, any thread -----------------------------------------------------
   void request_cancel() noexcept;
@@ -122,10 +125,10 @@ class spawned_task_base : public core::runnable {
   void release() noexcept;
   outcome_kind outcome() const noexcept { return outcome_; }
   task_id id() const noexcept { return id_; }
-  // Occupies a slot in `table` (before the task is first scheduled).
-  void enter_table(task_table& table, std::int32_t executor_index) {
-    table_ = &table;
-    id_ = table.insert(this, executor_index);
+  // Occupies a slot in the host's table (before the task is first scheduled).
+  void enter_table() {
+    table_ = &host_->tasks;
+    id_ = table_->insert(this, host_->table_shard());
   }
 
   // --- used by the root coroutine's final suspend ------------------------------------------
@@ -141,7 +144,7 @@ class spawned_task_base : public core::runnable {
  protected:
   using destroy_function = void (*)(spawned_task_base*) noexcept;
   using frame_function = void (*)(spawned_task_base*) noexcept;
-  spawned_task_base(core::scheduler& scheduler, std::coroutine_handle<> root,
+  spawned_task_base(task_host& host, std::coroutine_handle<> root,
                     destroy_function destroy, frame_function destroy_frame) noexcept;
   ~spawned_task_base() = default;
 
@@ -161,7 +164,7 @@ class spawned_task_base : public core::runnable {
   std::atomic<std::uint32_t> flags_{2 * one_reference};  // S4: the task and its handle
   bool started_ = false;  // executor-only: touched by whoever runs the task
   outcome_kind outcome_ = outcome_kind::value;
-  core::scheduler* scheduler_;
+  task_host* host_;
   std::coroutine_handle<> resume_point_;
   cancellable_wait* wait_ = nullptr;        // guarded by the lock bit (S3)
   completion_waker* joiner_ = nullptr;      // S2

@@ -81,7 +81,7 @@ namespace detail {
 template <class T>
 task<T> run_with_timer(std::optional<clock_time> deadline, clock_duration timeout,
                        task<T> inner) {
-  runtime_state& state = current_state_or_throw();
+  task_host& state = current_host_or_throw();
   timeout_guard timer;  // allocated first: nothing below can fail once the child exists
   spawned_task<T>* spawned = prepare_spawn(state, std::move(inner));
   join_handle<T> child(spawned);

@@ -1,0 +1,186 @@
+// The embedded executor: spindle tasks inside somebody else's event loop (SPEC E1-E5; seed 004).
+//
+//   struct my_host : spindle::embed::integration { ... };   // now, tick_at, tick_soon
+//   my_host host;
+//   spindle::embed::embedded_executor ex(host);
+//   auto h = ex.spawn(my_task());        // any thread; the host is asked for a tick
+//   ... in the host's loop, whenever asked (tick_soon) or at the requested time (tick_at):
+//   ex.tick();
+//
+// A single-threaded, non-preemptive executor: tasks run only inside tick(), on the thread that
+// calls it, one at a time, each until it suspends. The same task<T> code runs here and on the
+// multi-core runtime (E4): spawn, join handles, cancellation, sleep, with_timeout, join sets and
+// every sync primitive work unchanged. What needs a multi-core runtime refuses with usage_error:
+// I/O (no reactor here), actors, fork-join parallelism, the dispatcher.
+//
+// Participants
+//   - the ticking thread (the host's loop): tick(), and the destructor. Owns the run queue, the
+//     request list, the timer wheel's firing and the task table's first shard. Ticks never
+//     overlap; successive ticks may come from different threads if the host orders them.
+//   - wakers on any thread (a channel send, an event set, another runtime's task, a join): only
+//     push the woken task onto the action queue and ask the host for a tick (tick_soon).
+//   - spawners on any thread: like wakers (a spawn is the first wake-up).
+//
+// Phases (E3). A tick alternates service and execute phases; the first and the last phase of a
+// tick are service phases:
+//   service  - move the request list to the run queue (what the last execute phase woke), take
+//              the action queue (what other threads woke), fire due timers (what they wake joins
+//              the run queue in the same phase);
+//   execute  - run up to `tasks_per_execute_phase` tasks from the run queue, each until it
+//              suspends. A task woken, spawned or yielding on the ticking thread goes onto the
+//              request list, never straight onto the run queue: it runs in a later execute phase.
+// A tick runs at most `tasks_per_tick` tasks; if work is left it asks for re-entry. At its end
+// it tells the host when the next timer is due (tick_at). So the host's loop stays responsive
+// however much work is queued, and a task is never resumed while its own run is on the stack.
+//
+// Blocks (E5, the seed's "main block"). A spawned task is blocked from the moment it suspends
+// in an execute phase until a service phase takes its wake-up (from the request list or the
+// action queue) and puts it back on the run queue. The wake protocol of the task layer gives
+// exactly one wake-up per suspension, so the block needs no flag of its own: "blocked" is "live,
+// not queued, not running", counted by statistics(). Wake-ups that may fire any number of times
+// from any thread (callback APIs, poll-style code) go through a turnstile
+// (spindle/embed/turnstile.hpp), the seed's non-main block, whose flag turns them into one.
+//
+// Shutdown (the destructor, on the ticking thread, outside a tick):
+//   1. `stopping`: spawns throw runtime_stopped; wake-ups are ignored from now on (every task
+//      still live is destroyed below, whatever queue it would have joined);
+//   2. the action queue is closed (a concurrent waker's push then fails and is ignored);
+//   3. every runnable still queued (run queue, request list, closed action queue) is dropped:
+//      a task records "cancelled" and destroys its frames;
+//   4. every task still live (suspended forever) is abandoned the same way, until none is left;
+//   5. the wrappers and the timer wheel go (every timer entry lived in a destroyed frame).
+// Join handles stay valid and report cancelled. The integration must outlive the executor, and
+// whatever other threads use to wake its tasks must be quiet once the destructor runs (as for
+// the runtime).
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "spindle/core/clock.hpp"
+#include "spindle/core/executor_mailbox.hpp"
+#include "spindle/core/timer_wheel.hpp"
+#include "spindle/embed/integration.hpp"
+#include "spindle/task/join_handle.hpp"
+#include "spindle/task/runtime.hpp"
+#include "spindle/task/task.hpp"
+#include "spindle/task/task_host.hpp"
+
+namespace spindle::embed {
+
+struct embedded_options {
+  // At most this many tasks run in one tick; more waiting: the executor asks for re-entry.
+  std::uint32_t tasks_per_tick = 256;
+  // At most this many tasks run between two service phases.
+  std::uint32_t tasks_per_execute_phase = 32;
+};
+
+// Counters since construction (ticking thread; a snapshot elsewhere is a data race).
+struct embedded_statistics {
+  std::uint64_t ticks = 0;
+  std::uint64_t service_phases = 0;
+  std::uint64_t execute_phases = 0;
+  std::uint64_t tasks_run = 0;        // runs of a runnable (a task resumed once counts once)
+  std::uint64_t foreign_wakes = 0;    // runnables taken from the action queue
+  std::uint64_t timers_fired = 0;
+  std::uint64_t live_tasks = 0;       // spawned and not completed
+  std::uint64_t queued_tasks = 0;     // on the run queue or the request list
+  // Live tasks neither queued nor running: blocked on something (the seed's main block set).
+  std::uint64_t blocked_tasks = 0;
+};
+
+enum class phase : std::uint8_t { service, execute };
+
+class embedded_executor final : private detail::task_host {
+ public:
+  explicit embedded_executor(integration& host, embedded_options options = {});
+  ~embedded_executor();
+  embedded_executor(const embedded_executor&) = delete;
+  embedded_executor& operator=(const embedded_executor&) = delete;
+
+  // Any thread. The task runs in a later tick; the host is asked for one. Throws
+  // runtime_stopped once the destructor began.
+  template <class T>
+  join_handle<T> spawn(task<T> body) {
+    return detail::spawn_in(static_cast<detail::task_host&>(*this), std::move(body));
+  }
+  template <class F>
+    requires(!detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
+  auto spawn(F&& function) {
+    return detail::spawn_function_in(static_cast<detail::task_host&>(*this),
+                                     std::decay_t<F>(std::forward<F>(function)));
+  }
+
+  // The host's thread: runs service and execute phases (see above). Throws usage_error when
+  // called from inside a tick (of this or another embedded executor on this thread).
+  void tick();
+
+  // Whether a tick now would find work: something queued, or a timer due at the host's now().
+  bool has_ready_work() const noexcept;
+  // When the earliest timer is due (clock_time::max() if none).
+  clock_time next_deadline() const noexcept;
+
+  embedded_statistics statistics() const noexcept;
+  // For tests and diagnostics: called at the start of every phase (ticking thread); null: off.
+  void set_phase_observer(void (*observer)(void* context, phase), void* context) noexcept {
+    phase_observer_ = observer;
+    phase_context_ = context;
+  }
+
+  // The executor whose tick is running on this thread (null outside ticks).
+  static embedded_executor* current() noexcept;
+
+ private:
+  // An owner-only FIFO of runnables linked through runnable::next.
+  struct runnable_fifo {
+    core::runnable* head = nullptr;
+    core::runnable* tail = nullptr;
+    std::uint64_t size = 0;
+    void push(core::runnable* r) noexcept;
+    void append(core::runnable* oldest_first) noexcept;  // a null-terminated chain
+    core::runnable* pop() noexcept;
+    bool empty() const noexcept { return head == nullptr; }
+  };
+  // spindle::clock over the integration's now().
+  class integration_clock final : public spindle::clock {
+   public:
+    explicit integration_clock(integration& host) noexcept : host_(host) {}
+    clock_time now() const noexcept override { return host_.now(); }
+
+   private:
+    integration& host_;
+  };
+
+  // task_host
+  void schedule(core::runnable* r, core::schedule_hint hint) noexcept override;
+  std::int32_t table_shard() const noexcept override;
+  core::timer_service* timers_here() noexcept override;
+  spindle::clock& clock() const noexcept override { return clock_; }
+  bool stopping() const noexcept override;
+
+  void service(bool fire_timers) noexcept;
+  std::uint32_t execute(std::uint32_t limit) noexcept;  // returns how many ran
+  void observe(phase p) noexcept {
+    if (phase_observer_ != nullptr) phase_observer_(phase_context_, p);
+  }
+  void drain_for_shutdown() noexcept;
+
+  embedded_options options_;
+  sleep_catcher catcher_;
+  reentering_integration host_;
+  mutable integration_clock clock_;
+  core::timer_service timers_;
+  runnable_fifo run_queue_;   // ticking thread
+  runnable_fifo requests_;    // ticking thread: woken, spawned or yielding during a tick
+  core::intrusive_mpsc_stack<core::runnable> actions_;  // any thread: foreign wake-ups
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
+  embedded_statistics statistics_;
+  void (*phase_observer_)(void*, phase) = nullptr;
+  void* phase_context_ = nullptr;
+};
+
+}  // namespace spindle::embed

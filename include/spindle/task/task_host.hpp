@@ -1,0 +1,57 @@
+// task_host: what a spawned task sees of whatever runs it.
+//
+// Two things run spawned tasks: the multi-core runtime (detail::runtime_state, one per runtime)
+// and the embedded executor driven by a host's ticks (spindle::embed::embedded_executor). The
+// task layer and everything built on it (time, sync, join sets) talk to this interface only, so
+// the same task<T> code runs on both (SPEC E4).
+//
+// Who calls what
+//   - schedule (core::scheduler): wakers from any thread, the running task (yield), spawn;
+//   - table_shard: the thread creating or completing a task, to pick its task-table shard;
+//   - timers_here / clock: a task arming a timer (sleep, timeout) on the thread running it;
+//   - stopping: spawn, before creating a task.
+// A task finds its host through the spawned task it runs in (spawned_task_base::host()), so no
+// thread-local lookup is needed inside a task; current_task_host() adds the worker threads'
+// runtime for code that runs outside any task (an actor's handler, a plain spawn from a worker).
+#pragma once
+
+#include <cstdint>
+
+#include "spindle/core/clock.hpp"
+#include "spindle/core/runnable.hpp"
+#include "spindle/task/task_table.hpp"
+
+namespace spindle::core {
+class timer_service;
+}
+
+namespace spindle::detail {
+
+class task_host : public core::scheduler {
+ public:
+  // `shards`: task-table shards owned by threads of this host (executors; 1 for an embedded
+  // executor); one more is added for every other thread.
+  explicit task_host(std::uint32_t shards) : tasks(shards) {}
+
+  // The table shard of the calling thread: its own index if it is one of this host's threads
+  // running now, else -1 (the shared, locked shard).
+  virtual std::int32_t table_shard() const noexcept = 0;
+  // The timer service a task running on the calling thread arms its timers on; null when the
+  // calling thread runs none of this host's tasks.
+  virtual core::timer_service* timers_here() noexcept = 0;
+  virtual spindle::clock& clock() const noexcept = 0;
+  // True once the host began shutting down: spawn then throws runtime_stopped.
+  virtual bool stopping() const noexcept = 0;
+
+  // Shutdown (the host's last step, once nothing runs its tasks any more): abandons every task
+  // still in the table (destroys its frames, records "cancelled"), until none is left.
+  void abandon_all() noexcept;
+
+  // Every spawned task not yet completed has a slot here (ids, shutdown, diagnostics).
+  task_table tasks;
+
+ protected:
+  ~task_host() = default;
+};
+
+}  // namespace spindle::detail

@@ -1,0 +1,200 @@
+// The embedded executor: phases, wake-ups, shutdown. Design in
+// include/spindle/embed/embedded_executor.hpp.
+#include "spindle/embed/embedded_executor.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "spindle/core/errors.hpp"
+
+namespace spindle::embed {
+namespace {
+
+// The executor whose tick (or destructor) runs on this thread. Owner-only by construction: only
+// this thread reads or writes it.
+thread_local embedded_executor* ticking_here = nullptr;
+
+}  // namespace
+
+// --- runnable_fifo -------------------------------------------------------------------------------
+
+void embedded_executor::runnable_fifo::push(core::runnable* r) noexcept {
+  r->next = nullptr;
+  if (tail == nullptr) {
+    head = r;
+  } else {
+    tail->next = r;
+  }
+  tail = r;
+  ++size;
+}
+
+void embedded_executor::runnable_fifo::append(core::runnable* oldest_first) noexcept {
+  while (oldest_first != nullptr) {
+    core::runnable* next = oldest_first->next;
+    push(oldest_first);
+    oldest_first = next;
+  }
+}
+
+core::runnable* embedded_executor::runnable_fifo::pop() noexcept {
+  core::runnable* r = head;
+  if (r == nullptr) return nullptr;
+  head = r->next;
+  if (head == nullptr) tail = nullptr;
+  --size;
+  return r;
+}
+
+// --- construction, shutdown ----------------------------------------------------------------------
+
+embedded_executor::embedded_executor(integration& host, embedded_options options)
+    : detail::task_host(1),
+      options_(options),
+      catcher_(host),
+      host_(catcher_),
+      clock_(host),
+      timers_(clock_) {
+  options_.tasks_per_tick = std::max<std::uint32_t>(options_.tasks_per_tick, 1);
+  options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
+}
+
+embedded_executor::~embedded_executor() {
+  if (ticking_here == this) {
+    std::fputs("spindle: an embedded executor destroyed from inside its own tick\n", stderr);
+    std::terminate();
+  }
+  // Step 1. relaxed, both: the destructor's caller owns the executor; a concurrent waker that
+  // misses the flag pushes onto the action queue, which step 2 closes (the close's acquire
+  // exchange then takes its node).
+  stopping_.store(true, std::memory_order_relaxed);
+  draining_.store(true, std::memory_order_relaxed);
+  // This thread owns the table's first shard and the timers while frames are destroyed.
+  embedded_executor* outer = ticking_here;
+  ticking_here = this;
+  drain_for_shutdown();
+  ticking_here = outer;
+}
+
+void embedded_executor::drain_for_shutdown() noexcept {
+  // Step 2: a push after this fails; its task is still in the table (step 4).
+  core::runnable* closed = actions_.close();
+  // Step 3: what is queued is dropped exactly once (a task: abandoned, so it leaves the table).
+  run_queue_.append(requests_.head);
+  requests_ = {};
+  run_queue_.append(closed);
+  while (core::runnable* r = run_queue_.pop()) r->drop();
+  // Step 4: suspended forever. Wake-ups from the destroyed frames are ignored (step 1).
+  abandon_all();
+}
+
+bool embedded_executor::stopping() const noexcept {
+  // relaxed: spawn's check; a spawn racing with the destructor is the caller's bug.
+  return stopping_.load(std::memory_order_relaxed);
+}
+
+// --- task_host -------------------------------------------------------------------------------------
+
+void embedded_executor::schedule(core::runnable* r, core::schedule_hint) noexcept {
+  // relaxed: set only by the destructor; a waker that misses it pushes and the close takes it.
+  if (draining_.load(std::memory_order_relaxed)) return;  // shutdown destroys the task
+  if (ticking_here == this) {
+    requests_.push(r);  // runs in a later execute phase of this tick (or the next)
+    return;
+  }
+  if (!actions_.push(r)) return;  // closed: the destructor abandons the task
+  host_.tick_soon();
+}
+
+std::int32_t embedded_executor::table_shard() const noexcept {
+  return ticking_here == this ? 0 : -1;
+}
+
+core::timer_service* embedded_executor::timers_here() noexcept {
+  return ticking_here == this ? &timers_ : nullptr;
+}
+
+embedded_executor* embedded_executor::current() noexcept { return ticking_here; }
+
+// --- the tick ------------------------------------------------------------------------------------
+
+void embedded_executor::tick() {
+  if (ticking_here != nullptr) {
+    throw usage_error("spindle: embedded_executor::tick() called from inside a tick");
+  }
+  ticking_here = this;
+  struct leave_tick {
+    ~leave_tick() { ticking_here = nullptr; }
+  } leave;
+  host_.begin_tick();
+  ++statistics_.ticks;
+  service(true);
+  std::uint32_t budget = options_.tasks_per_tick;
+  bool executed = false;
+  while (budget > 0 && !run_queue_.empty()) {
+    budget -= execute(std::min(budget, options_.tasks_per_execute_phase));
+    executed = true;
+    // The last phase of the tick is this service phase when the loop stops here. Timers only
+    // in the tick's first and last service phase: reading the host's clock has a cost.
+    const bool last = budget == 0 || run_queue_.empty();
+    service(last && executed);
+  }
+  if (!run_queue_.empty()) host_.request_reentry();
+  host_.tick_at(next_deadline());
+  host_.end_tick();
+}
+
+void embedded_executor::service(bool fire_timers) noexcept {
+  observe(phase::service);
+  ++statistics_.service_phases;
+  // What the last execute phase woke, then what other threads woke: both in arrival order.
+  run_queue_.append(requests_.head);
+  requests_ = {};
+  if (core::runnable* chain = actions_.take_all()) {
+    const std::uint64_t before = run_queue_.size;
+    run_queue_.append(chain);
+    statistics_.foreign_wakes += run_queue_.size - before;
+  }
+  if (fire_timers) {
+    // Fire callbacks wake tasks on this thread: they join the request list, moved just below.
+    statistics_.timers_fired += timers_.fire_due();
+    run_queue_.append(requests_.head);
+    requests_ = {};
+  }
+}
+
+std::uint32_t embedded_executor::execute(std::uint32_t limit) noexcept {
+  observe(phase::execute);
+  ++statistics_.execute_phases;
+  std::uint32_t ran = 0;
+  while (ran < limit) {
+    core::runnable* r = run_queue_.pop();
+    if (r == nullptr) break;
+    r->run();  // until it suspends or completes; `r` must not be touched afterwards
+    ++ran;
+  }
+  statistics_.tasks_run += ran;
+  return ran;
+}
+
+// --- questions from the host -----------------------------------------------------------------------
+
+clock_time embedded_executor::next_deadline() const noexcept {
+  return timers_.next_deadline().value_or(clock_time::max());
+}
+
+bool embedded_executor::has_ready_work() const noexcept {
+  if (!run_queue_.empty() || !requests_.empty() || !actions_.empty()) return true;
+  return next_deadline() <= clock_.now();
+}
+
+embedded_statistics embedded_executor::statistics() const noexcept {
+  embedded_statistics s = statistics_;
+  s.live_tasks = tasks.live_count();
+  s.queued_tasks = run_queue_.size + requests_.size;
+  s.blocked_tasks = s.live_tasks > s.queued_tasks ? s.live_tasks - s.queued_tasks : 0;
+  return s;
+}
+
+}  // namespace spindle::embed
