@@ -50,7 +50,7 @@ core::runnable* embedded_executor::runnable_fifo::pop() noexcept {
 // --- construction, shutdown ----------------------------------------------------------------------
 
 embedded_executor::embedded_executor(integration& host, embedded_options options)
-    : detail::task_host(1),
+    : ::spindle::detail::task_host(1),
       options_(options),
       catcher_(host),
       host_(catcher_),

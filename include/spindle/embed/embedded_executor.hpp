@@ -94,7 +94,7 @@ struct embedded_statistics {
 
 enum class phase : std::uint8_t { service, execute };
 
-class embedded_executor final : private detail::task_host {
+class embedded_executor final : private ::spindle::detail::task_host {
  public:
   explicit embedded_executor(integration& host, embedded_options options = {});
   ~embedded_executor();
@@ -105,12 +105,12 @@ class embedded_executor final : private detail::task_host {
   // runtime_stopped once the destructor began.
   template <class T>
   join_handle<T> spawn(task<T> body) {
-    return detail::spawn_in(static_cast<detail::task_host&>(*this), std::move(body));
+    return ::spindle::detail::spawn_in(static_cast<::spindle::detail::task_host&>(*this), std::move(body));
   }
   template <class F>
-    requires(!detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
+    requires(!::spindle::detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
   auto spawn(F&& function) {
-    return detail::spawn_function_in(static_cast<detail::task_host&>(*this),
+    return ::spindle::detail::spawn_function_in(static_cast<::spindle::detail::task_host&>(*this),
                                      std::decay_t<F>(std::forward<F>(function)));
   }
 

@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "spindle/core/clock.hpp"
+#include "spindle/embed/reentry_state.hpp"
 
 namespace spindle::embed {
 
@@ -45,10 +46,10 @@ class integration {
 
 // Holds tick_soon() requests made during a tick and passes one on after it (see above).
 //
-// State word: `in_tick` (set by begin_tick, cleared by end_tick) and `requested` (a request
-// arrived during the tick). Invariant: `requested` is only ever set together with `in_tick`, so
-// end_tick, which clears both with one exchange, is the one place that passes a held request on.
-// A request that finds no tick running passes on at once: if a tick starts meanwhile, that tick's
+// State word (reentry_state.hpp): `in_tick` (set by begin_tick, cleared by end_tick) and
+// `requested` (a request arrived during the tick). Invariant: `requested` is only ever set
+// together with `in_tick`, so end_tick, which clears both with one exchange, is the one place
+// that passes a held request on. A request that finds no tick running passes on at once: if a tick starts meanwhile, that tick's
 // first service phase already sees the work the requester published before asking (the
 // requester's seq_cst load of the word is ordered after its publication, begin_tick's seq_cst
 // store before the tick's first look at its queues), so the early pass is one spare tick at
@@ -60,19 +61,22 @@ class reentering_integration final : public integration {
   clock_time now() const noexcept override { return inner_.now(); }
   void tick_at(clock_time when) noexcept override { inner_.tick_at(when); }
   // Any thread.
-  void tick_soon() noexcept override;
+  void tick_soon() noexcept override {
+    if (state_.request()) inner_.tick_soon();
+  }
 
   // The ticking thread, around each tick.
-  void begin_tick() noexcept;
-  void end_tick() noexcept;
+  void begin_tick() noexcept { state_.begin_tick(); }
+  void end_tick() noexcept {
+    if (state_.end_tick()) inner_.tick_soon();
+  }
   // The ticking thread, during a tick: ask for one more tick after this one (held like a request
   // from another thread, without touching the word again once one is held).
   void request_reentry() noexcept { tick_soon(); }
 
  private:
-  enum : std::uint32_t { in_tick = 1u << 0, requested = 1u << 1 };
   integration& inner_;
-  std::atomic<std::uint32_t> state_{0};
+  detail::reentry_state<> state_;
 };
 
 // Passes tick_at() on only when it changes (see above). Ticking thread only, except tick_soon.

@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/embed/turnstile_state.hpp"
 #include "spindle/task/cancellation.hpp"
 #include "spindle/task/spawned_task.hpp"
 #include "spindle/task/task.hpp"
@@ -45,21 +46,12 @@ namespace detail {
 
 class turnstile_block final : public ::spindle::cancellable_wait {
  public:
-  enum state_value : std::uint32_t { polling, notified, blocked, done };
-
   // Any thread, any number of times.
-  void wake() noexcept;
-  // The task, before each poll: back to polling (a notification is used up by this poll).
-  void begin_poll() noexcept {
-    // acquire, and a read-modify-write: it reads the last value in the word's order, so it
-    // synchronises with every wake() that marked `notified` before it (a wake() after it finds
-    // `polling` and marks again): the poll that follows sees what those wakers published.
-    state_.exchange(polling, std::memory_order_acquire);
+  void wake() noexcept {
+    if (state_.wake()) task_->wake();  // exactly once: this call moved it out of `blocked`
   }
-  void finish() noexcept {
-    // relaxed: after this no one reads `task_` (wake() sees `done` and returns).
-    state_.store(done, std::memory_order_relaxed);
-  }
+  void begin_poll() noexcept { state_.begin_poll(); }
+  void finish() noexcept { state_.finish(); }
 
   // The awaiter that blocks the task until wake().
   class wait_awaiter {
@@ -78,7 +70,7 @@ class turnstile_block final : public ::spindle::cancellable_wait {
   bool try_cancel() noexcept override;
 
  private:
-  std::atomic<std::uint32_t> state_{polling};
+  turnstile_state<> state_;
   ::spindle::detail::spawned_task_base* task_ = nullptr;  // written before `blocked` is set
   bool cancelled_ = false;  // written by the winning canceller under the task lock
 };
