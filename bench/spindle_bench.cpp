@@ -34,9 +34,11 @@ struct measurement {
   double seconds;
   long result;
   long expected;
+  int threads_used = 0;  // when the workload ignores the thread count asked for (0: as asked)
 };
 
 void emit(const char* workload, long param, int threads, const measurement& m) {
+  if (m.threads_used != 0) threads = m.threads_used;
   std::printf("spindle %s %ld %d %.6f result=%ld%s\n", workload, param, threads, m.seconds,
               m.result, m.result == m.expected ? "" : "(WRONG)");
   std::fflush(stdout);
@@ -82,6 +84,42 @@ measurement run_skynet_tasks(long leaves, int threads) {
   const auto start = bench_clock::now();
   const long result = rt.block_on(skynet_task(0, leaves));
   return {seconds_since(start), result, leaves * (leaves - 1) / 2};
+}
+
+// skynet-embedded: the very same skynet_task coroutine on an embedded executor, driven by a
+// host loop on this thread (always one thread): what running inside somebody else's event loop
+// costs against skynet-tasks on a one-worker runtime.
+class loop_host final : public spindle::embed::integration {
+ public:
+  spindle::clock_time now() const noexcept override {
+    return spindle::steady_clock_source::instance().now();
+  }
+  void tick_at(spindle::clock_time) noexcept override {}  // skynet arms no timers
+  void tick_soon() noexcept override {
+    tick_wanted_.store(true, std::memory_order_release);  // release: pairs with the exchange
+  }
+  // The host loop: ticks while a tick is wanted.
+  void run(spindle::embed::embedded_executor& executor) {
+    while (tick_wanted_.exchange(false, std::memory_order_acquire)) executor.tick();
+  }
+
+ private:
+  std::atomic<bool> tick_wanted_{false};
+};
+
+long skynet_embedded_once(long leaves) {
+  loop_host host;
+  spindle::embed::embedded_executor executor(host);
+  auto root = executor.spawn(skynet_task(0, leaves));
+  host.run(executor);
+  return root.join();  // finished: the loop only stops once nothing asks for a tick
+}
+
+measurement run_skynet_embedded(long leaves, int) {
+  skynet_embedded_once(leaves / 10);  // warm-up: a tenth of the work
+  const auto start = bench_clock::now();
+  const long result = skynet_embedded_once(leaves);
+  return {seconds_since(start), result, leaves * (leaves - 1) / 2, 1};
 }
 
 // --- fib: fork_join at every call, no cutoff ------------------------------------------------
@@ -430,6 +468,7 @@ const std::map<std::string, workload>& workloads() {
       {"reduce", {&run_reduce, 100000000}},
       {"skynet", {&run_skynet, 1000000}},
       {"skynet-tasks", {&run_skynet_tasks, 1000000}},
+      {"skynet-embedded", {&run_skynet_embedded, 1000000}},
       {"submit", {&run_submit, 1000000}},
       {"dispatch", {&run_dispatch, 1000000}},
       {"dispatch-sequential", {&run_dispatch_sequential, 1000000}},

@@ -17,9 +17,9 @@ thread_local embedded_executor* ticking_here = nullptr;
 
 }  // namespace
 
-// --- runnable_fifo -------------------------------------------------------------------------------
+// --- runnable_list -------------------------------------------------------------------------------
 
-void embedded_executor::runnable_fifo::push(core::runnable* r) noexcept {
+void embedded_executor::runnable_list::push(core::runnable* r) noexcept {
   r->next = nullptr;
   if (tail == nullptr) {
     head = r;
@@ -30,7 +30,14 @@ void embedded_executor::runnable_fifo::push(core::runnable* r) noexcept {
   ++size;
 }
 
-void embedded_executor::runnable_fifo::append(core::runnable* oldest_first) noexcept {
+void embedded_executor::runnable_list::push_front(core::runnable* r) noexcept {
+  r->next = head;
+  head = r;
+  if (tail == nullptr) tail = r;
+  ++size;
+}
+
+void embedded_executor::runnable_list::append(core::runnable* oldest_first) noexcept {
   while (oldest_first != nullptr) {
     core::runnable* next = oldest_first->next;
     push(oldest_first);
@@ -38,13 +45,19 @@ void embedded_executor::runnable_fifo::append(core::runnable* oldest_first) noex
   }
 }
 
-core::runnable* embedded_executor::runnable_fifo::pop() noexcept {
+core::runnable* embedded_executor::runnable_list::pop() noexcept {
   core::runnable* r = head;
   if (r == nullptr) return nullptr;
   head = r->next;
   if (head == nullptr) tail = nullptr;
   --size;
   return r;
+}
+
+core::runnable* embedded_executor::runnable_list::take_all() noexcept {
+  core::runnable* chain = head;
+  *this = {};
+  return chain;
 }
 
 // --- construction, shutdown ----------------------------------------------------------------------
@@ -81,10 +94,11 @@ void embedded_executor::drain_for_shutdown() noexcept {
   // Step 2: a push after this fails; its task is still in the table (step 4).
   core::runnable* closed = actions_.close();
   // Step 3: what is queued is dropped exactly once (a task: abandoned, so it leaves the table).
-  run_queue_.append(requests_.head);
-  requests_ = {};
-  run_queue_.append(closed);
-  while (core::runnable* r = run_queue_.pop()) r->drop();
+  oldest_.append(newest_.take_all());
+  oldest_.append(requested_newest_.take_all());
+  oldest_.append(requested_oldest_.take_all());
+  oldest_.append(closed);
+  while (core::runnable* r = oldest_.pop()) r->drop();
   // Step 4: suspended forever. Wake-ups from the destroyed frames are ignored (step 1).
   abandon_all();
 }
@@ -96,11 +110,16 @@ bool embedded_executor::stopping() const noexcept {
 
 // --- task_host -------------------------------------------------------------------------------------
 
-void embedded_executor::schedule(core::runnable* r, core::schedule_hint) noexcept {
+void embedded_executor::schedule(core::runnable* r, core::schedule_hint hint) noexcept {
   // relaxed: set only by the destructor; a waker that misses it pushes and the close takes it.
   if (draining_.load(std::memory_order_relaxed)) return;  // shutdown destroys the task
   if (ticking_here == this) {
-    requests_.push(r);  // runs in a later execute phase of this tick (or the next)
+    // Runs in a later execute phase of this tick (or the next).
+    if (hint == core::schedule_hint::yield) {
+      requested_oldest_.push(r);
+    } else {
+      requested_newest_.push(r);
+    }
     return;
   }
   if (!actions_.push(r)) return;  // closed: the destructor abandons the task
@@ -132,15 +151,15 @@ void embedded_executor::tick() {
   service(true);
   std::uint32_t budget = options_.tasks_per_tick;
   bool executed = false;
-  while (budget > 0 && !run_queue_.empty()) {
+  while (budget > 0 && queued_work()) {
     budget -= execute(std::min(budget, options_.tasks_per_execute_phase));
     executed = true;
     // The last phase of the tick is this service phase when the loop stops here. Timers only
     // in the tick's first and last service phase: reading the host's clock has a cost.
-    const bool last = budget == 0 || run_queue_.empty();
+    const bool last = budget == 0 || !queued_work();
     service(last && executed);
   }
-  if (!run_queue_.empty()) host_.request_reentry();
+  if (queued_work()) host_.request_reentry();
   host_.tick_at(next_deadline());
   host_.end_tick();
 }
@@ -148,20 +167,28 @@ void embedded_executor::tick() {
 void embedded_executor::service(bool fire_timers) noexcept {
   observe(phase::service);
   ++statistics_.service_phases;
-  // What the last execute phase woke, then what other threads woke: both in arrival order.
-  run_queue_.append(requests_.head);
-  requests_ = {};
+  // What the last execute phase woke, then what other threads woke (in arrival order).
+  take_requests();
   if (core::runnable* chain = actions_.take_all()) {
-    const std::uint64_t before = run_queue_.size;
-    run_queue_.append(chain);
-    statistics_.foreign_wakes += run_queue_.size - before;
+    const std::uint64_t before = oldest_.size;
+    oldest_.append(chain);
+    statistics_.foreign_wakes += oldest_.size - before;
   }
   if (fire_timers) {
-    // Fire callbacks wake tasks on this thread: they join the request list, moved just below.
+    // Fire callbacks wake tasks on this thread: they join the request lists, moved just below.
     statistics_.timers_fired += timers_.fire_due();
-    run_queue_.append(requests_.head);
-    requests_ = {};
+    take_requests();
   }
+}
+
+void embedded_executor::take_requests() noexcept {
+  // Oldest request first onto the stack, so the newest ends on top.
+  for (core::runnable* r = requested_newest_.take_all(); r != nullptr;) {
+    core::runnable* next = r->next;
+    newest_.push_front(r);
+    r = next;
+  }
+  oldest_.append(requested_oldest_.take_all());
 }
 
 std::uint32_t embedded_executor::execute(std::uint32_t limit) noexcept {
@@ -169,7 +196,10 @@ std::uint32_t embedded_executor::execute(std::uint32_t limit) noexcept {
   ++statistics_.execute_phases;
   std::uint32_t ran = 0;
   while (ran < limit) {
-    core::runnable* r = run_queue_.pop();
+    // The oldest end first in each phase (fairness), then the newest end until it is empty.
+    core::runnable* r = ran == 0 ? oldest_.pop() : nullptr;
+    if (r == nullptr) r = newest_.pop();
+    if (r == nullptr) r = oldest_.pop();
     if (r == nullptr) break;
     r->run();  // until it suspends or completes; `r` must not be touched afterwards
     ++ran;
@@ -185,14 +215,18 @@ clock_time embedded_executor::next_deadline() const noexcept {
 }
 
 bool embedded_executor::has_ready_work() const noexcept {
-  if (!run_queue_.empty() || !requests_.empty() || !actions_.empty()) return true;
+  if (queued_work() || !requested_newest_.empty() || !requested_oldest_.empty() ||
+      !actions_.empty()) {
+    return true;
+  }
   return next_deadline() <= clock_.now();
 }
 
 embedded_statistics embedded_executor::statistics() const noexcept {
   embedded_statistics s = statistics_;
   s.live_tasks = tasks.live_count();
-  s.queued_tasks = run_queue_.size + requests_.size;
+  s.queued_tasks =
+      newest_.size + oldest_.size + requested_newest_.size + requested_oldest_.size;
   s.blocked_tasks = s.live_tasks > s.queued_tasks ? s.live_tasks - s.queued_tasks : 0;
   return s;
 }

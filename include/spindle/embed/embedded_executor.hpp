@@ -23,12 +23,21 @@
 //
 // Phases (E3). A tick alternates service and execute phases; the first and the last phase of a
 // tick are service phases:
-//   service  - move the request list to the run queue (what the last execute phase woke), take
+//   service  - move the request lists to the run queue (what the last execute phase woke), take
 //              the action queue (what other threads woke), fire due timers (what they wake joins
 //              the run queue in the same phase);
 //   execute  - run up to `tasks_per_execute_phase` tasks from the run queue, each until it
-//              suspends. A task woken, spawned or yielding on the ticking thread goes onto the
+//              suspends. A task woken, spawned or yielding on the ticking thread goes onto a
 //              request list, never straight onto the run queue: it runs in a later execute phase.
+//
+// The run queue has two ends, as a worker's queues on the multi-core runtime do:
+//   newest - what the ticking thread spawned or woke, newest first (a stack): a tree of spawns
+//            is run depth-first, so it stays as small as on a worker (breadth-first, skynet's
+//            million leaves would all be alive at once);
+//   oldest - yields and wake-ups from other threads, oldest first.
+// An execute phase takes its first task from `oldest` when that is not empty, then `newest`
+// first: whatever waits at the oldest end runs within a phase or two, however busy the newest
+// end keeps itself (the runtime checks its injector periodically for the same reason).
 // A tick runs at most `tasks_per_tick` tasks; if work is left it asks for re-entry. At its end
 // it tells the host when the next timer is due (tick_at). So the host's loop stays responsive
 // however much work is queued, and a task is never resumed while its own run is on the stack.
@@ -134,14 +143,17 @@ class embedded_executor final : private ::spindle::detail::task_host {
   static embedded_executor* current() noexcept;
 
  private:
-  // An owner-only FIFO of runnables linked through runnable::next.
-  struct runnable_fifo {
+  // An owner-only list of runnables linked through runnable::next: a FIFO (push, pop) or a
+  // stack (push_front, pop).
+  struct runnable_list {
     core::runnable* head = nullptr;
     core::runnable* tail = nullptr;
     std::uint64_t size = 0;
     void push(core::runnable* r) noexcept;
+    void push_front(core::runnable* r) noexcept;
     void append(core::runnable* oldest_first) noexcept;  // a null-terminated chain
     core::runnable* pop() noexcept;
+    core::runnable* take_all() noexcept;  // the chain, head first; the list is left empty
     bool empty() const noexcept { return head == nullptr; }
   };
   // spindle::clock over the integration's now().
@@ -173,8 +185,13 @@ class embedded_executor final : private ::spindle::detail::task_host {
   reentering_integration host_;
   mutable integration_clock clock_;
   core::timer_service timers_;
-  runnable_fifo run_queue_;   // ticking thread
-  runnable_fifo requests_;    // ticking thread: woken, spawned or yielding during a tick
+  // Ticking thread only.
+  runnable_list newest_;             // run queue, newest end (a stack)
+  runnable_list oldest_;             // run queue, oldest end (a FIFO)
+  runnable_list requested_newest_;   // spawned or woken during this execute phase
+  runnable_list requested_oldest_;   // yielded during this execute phase
+  bool queued_work() const noexcept { return !newest_.empty() || !oldest_.empty(); }
+  void take_requests() noexcept;
   core::intrusive_mpsc_stack<core::runnable> actions_;  // any thread: foreign wake-ups
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
