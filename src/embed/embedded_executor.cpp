@@ -227,7 +227,11 @@ embedded_statistics embedded_executor::statistics() const noexcept {
   s.live_tasks = tasks.live_count();
   s.queued_tasks =
       newest_.size + oldest_.size + requested_newest_.size + requested_oldest_.size;
-  s.blocked_tasks = s.live_tasks > s.queued_tasks ? s.live_tasks - s.queued_tasks : 0;
+  // Asked from inside one of this executor's tasks: that one is running, not blocked.
+  const bool asked_by_running_task =
+      ticking_here == this && ::spindle::detail::spawned_task_base::current() != nullptr;
+  const std::uint64_t not_blocked = s.queued_tasks + (asked_by_running_task ? 1 : 0);
+  s.blocked_tasks = s.live_tasks > not_blocked ? s.live_tasks - not_blocked : 0;
   return s;
 }
 

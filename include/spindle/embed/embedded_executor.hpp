@@ -10,8 +10,10 @@
 // A single-threaded, non-preemptive executor: tasks run only inside tick(), on the thread that
 // calls it, one at a time, each until it suspends. The same task<T> code runs here and on the
 // multi-core runtime (E4): spawn, join handles, cancellation, sleep, with_timeout, join sets and
-// every sync primitive work unchanged. What needs a multi-core runtime refuses with usage_error:
-// I/O (no reactor here), actors, fork-join parallelism, the dispatcher.
+// every sync primitive work unchanged. What needs a runtime's workers refuses with usage_error:
+// I/O operations (no reactor here; opening a file is a plain system call and works), actors,
+// run_on(rt, ...) and rt.block_on (the ticking thread must not block). fork_join without a
+// runtime runs both branches on the ticking thread, one after the other.
 //
 // Participants
 //   - the ticking thread (the host's loop): tick(), and the destructor. Owns the run queue, the
@@ -87,13 +89,16 @@ struct embedded_options {
   std::uint32_t tasks_per_execute_phase = 32;
 };
 
-// Counters since construction (ticking thread; a snapshot elsewhere is a data race).
+// Counters since construction. statistics() and has_ready_work() belong to the ticking thread
+// (the host's): calling them from another thread is a data race.
 struct embedded_statistics {
   std::uint64_t ticks = 0;
   std::uint64_t service_phases = 0;
   std::uint64_t execute_phases = 0;
   std::uint64_t tasks_run = 0;        // runs of a runnable (a task resumed once counts once)
-  std::uint64_t foreign_wakes = 0;    // runnables taken from the action queue
+  // Runnables taken from the action queue: wake-ups from other threads, and spawns and wake-ups
+  // made outside a tick (even on the host's own thread).
+  std::uint64_t foreign_wakes = 0;
   std::uint64_t timers_fired = 0;
   std::uint64_t live_tasks = 0;       // spawned and not completed
   std::uint64_t queued_tasks = 0;     // on the run queue or the request list

@@ -5,9 +5,11 @@
 // the next tick through this interface, which the host implements:
 //
 //   now()            the host's current time (the clock every sleep and timeout reads);
-//   tick_at(t)       "call tick() again no later than t" (the executor's next timer); replaces
-//                    the previous request; clock_time::max() withdraws it (no timer pending).
-//                    Called only from inside tick(), on the ticking thread;
+//   tick_at(t)       "call tick() again no later than t" (the executor's next timer). A standing
+//                    request, not a one-shot timer: it holds until the next tick_at replaces it
+//                    (a host that ticks earlier for another reason still owes a tick at t, as
+//                    the sleep_catcher does not repeat an unchanged time); clock_time::max()
+//                    withdraws it (no timer pending). Called only from inside tick();
 //   tick_soon()      "call tick() again soon" (re-entry): work is waiting. Any thread, any time,
 //                    also while a tick runs, in which case one more tick must follow it. Never
 //                    call tick() from inside tick_soon(): tick() is not re-entrant.

@@ -94,7 +94,8 @@ using turnstile_result_t =
     typename std::invoke_result_t<Poll&, const waker&>::value_type;  // Poll returns optional<R>
 
 // Polls until `poll(w)` returns a value; between polls the task is blocked until w.wake().
-// A cancellation point while blocked (throws task_cancelled). Needs a spawned task.
+// A cancellation point (throws task_cancelled). Needs a spawned task. A poll that calls
+// w.wake() itself polls again at once, within the task's cooperative budget, then yields.
 template <class Poll>
 task<turnstile_result_t<Poll>> turnstile(Poll poll) {
   auto block = std::make_shared<detail::turnstile_block>();
@@ -107,6 +108,9 @@ task<turnstile_result_t<Poll>> turnstile(Poll poll) {
     block->begin_poll();
     if (auto ready = poll(w)) co_return std::move(*ready);
     co_await block->wait();
+    // A poll that wakes itself every time (a "yield by self-wake") never suspends above: the
+    // cooperative budget still lets the rest of the executor run (and the host's tick end).
+    if (::spindle::detail::consume_cooperative_budget()) co_await yield_now();
   }
 }
 

@@ -194,15 +194,16 @@ auto fork_join(Left&& left, Right&& right)
 
 // Runs `function` on one of `rt`'s workers and returns its result: inline on a worker of `rt`,
 // otherwise spawned there while the calling thread blocks. The entry point for fork-join
-// computations started from plain threads. From a worker of another runtime it is a usage_error
-// (that worker cannot block), raised before anything is spawned.
+// computations started from plain threads. From a worker of another runtime, or from inside any
+// task (an embedded executor's, whose ticking thread cannot block either), it is a usage_error,
+// raised before anything is spawned.
 template <class F>
   requires std::invocable<F&>
 decltype(auto) run_on(runtime& rt, F&& function) {
   fork_detail::check_callable(function);
   if (detail::current_executor_index(rt.core()) >= 0) return std::invoke(function);
-  if (core::executor::current() != nullptr) {
-    throw usage_error("spindle: run_on(rt, ...) from a worker of another runtime");
+  if (detail::on_worker_thread()) {
+    throw usage_error("spindle: run_on(rt, ...) from a worker of another runtime or a task");
   }
   return rt.spawn([&function]() -> decltype(auto) { return std::invoke(function); }).join();
 }

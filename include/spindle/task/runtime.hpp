@@ -154,9 +154,13 @@ class runtime {
   template <class T>
   join_handle<T> spawn_on(std::uint32_t executor_index, task<T> body);
 
-  // Spawns and blocks the calling (plain) thread until the task finishes.
+  // Spawns and blocks the calling (plain) thread until the task finishes. From a worker or
+  // inside a task it is a usage_error, raised before anything is spawned.
   template <class T>
   T block_on(task<T> body) {
+    if (detail::on_worker_thread()) {
+      throw usage_error("spindle: runtime::block_on on a worker thread or in a task; use co_await");
+    }
     return spawn(std::move(body)).join();
   }
 
