@@ -381,4 +381,34 @@ TEST(Turnstile, OnARuntimeCancelWhileBlockedThrowsTaskCancelledInsideTheTask) {
   source.slot.get().wake();  // after completion: harmless
 }
 
+// A poll that wakes itself every time (a "yield by self-wake") never suspends; the cooperative
+// budget still makes it yield, so one tick ends (within tasks_per_tick) and others get to run.
+spindle::task<long> self_waking_poll(long until) {
+  long polls = 0;
+  co_return co_await spindle::embed::turnstile([&polls, until](const waker& w) -> std::optional<long> {
+    if (++polls >= until) return polls;
+    w.wake();
+    return std::nullopt;
+  });
+}
+
+spindle::task<int> neighbour(std::atomic<int>* ran) {
+  ran->fetch_add(1);
+  co_return 0;
+}
+
+TEST(Turnstile, ASelfWakingPollDoesNotHoldTheTick) {
+  test_host host;
+  embedded_executor executor(host, {.tasks_per_tick = 8, .tasks_per_execute_phase = 2});
+  std::atomic<int> ran{0};
+  auto spinner = executor.spawn(self_waking_poll(100000));
+  auto other = executor.spawn(neighbour(&ran));
+  executor.tick();  // returns: the spinner yields every cooperative budget
+  EXPECT_FALSE(spinner.is_finished());
+  EXPECT_EQ(ran.load(), 1);
+  host.run_until_idle(executor);
+  ASSERT_TRUE(spinner.is_finished());
+  EXPECT_EQ(spinner.join(), 100000);
+}
+
 }  // namespace
