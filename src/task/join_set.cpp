@@ -6,14 +6,6 @@
 
 namespace spindle::detail {
 
-task_host& current_host_or_throw() {
-  task_host* host = current_task_host();
-  if (host == nullptr) {
-    throw usage_error("spindle: join_set::spawn(task) outside a task or worker; pass the runtime");
-  }
-  return *host;
-}
-
 // --- completion_awaiter --------------------------------------------------------------------------
 
 bool completion_awaiter::await_suspend(std::coroutine_handle<> h) {

@@ -30,6 +30,12 @@ task_host* current_task_host() noexcept {
   return current_runtime_state();
 }
 
+task_host& current_host_or_throw(const char* what) {
+  task_host* host = current_task_host();
+  if (host == nullptr) throw usage_error(what);
+  return *host;
+}
+
 std::int32_t runtime_state::table_shard() const noexcept { return current_executor_index(*core); }
 
 core::timer_service* runtime_state::timers_here() noexcept {

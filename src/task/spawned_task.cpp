@@ -4,6 +4,8 @@
 #include "spindle/core/executor.hpp"
 #include "spindle/task/join_handle.hpp"
 #include "spindle/task/runtime.hpp"
+#include "spindle/task/task_extras.hpp"
+#include "spindle/task/tidy.hpp"
 
 namespace spindle::detail {
 namespace {
@@ -84,7 +86,9 @@ void spawned_task_base::unlock() noexcept {
 bool spawned_task_base::begin_registration() noexcept {
   lock();
   // relaxed: the lock's acquire orders us after any canceller that set the flag under it.
-  if ((flags_.load(std::memory_order_relaxed) & cancel_requested) != 0) {
+  // Shielded (tidy destructors running): the request waits, the wait goes ahead.
+  if ((flags_.load(std::memory_order_relaxed) & (cancel_requested | shielded)) ==
+      cancel_requested) {
     unlock();
     return false;
   }
@@ -108,7 +112,7 @@ void spawned_task_base::request_cancel() noexcept {
   // relaxed: the lock orders it; readers outside the lock only use it as a hint.
   cancellable_wait* wait = wait_;
   bool interrupted = false;
-  if ((previous & (cancel_requested | complete)) == 0 && wait != nullptr) {
+  if ((previous & (cancel_requested | complete | shielded)) == 0 && wait != nullptr) {
     interrupted = wait->try_cancel();
     if (interrupted) wait_ = nullptr;
   }
@@ -159,6 +163,14 @@ void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
     table_->erase(id_, host_->table_shard());
     table_ = nullptr;
   }
+  if (extras_ != nullptr) {
+    // Before the CAS below: afterwards the last reference may go at any moment.
+    while (completion_hook* hook = extras_->hooks) {
+      extras_->hooks = hook->next;
+      hook->on_complete();
+      delete hook;
+    }
+  }
   // One CAS sets complete, takes over a registered joiner (clears join_waiting) and drops the
   // running task's reference (S4). acq_rel: release publishes outcome and result (S1), acquire
   // pairs with the joiner's release of `joiner_` (S2) and with other references' releases.
@@ -177,7 +189,72 @@ void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
   if ((desired >> reference_shift) == 0) destroy_(this);
 }
 
-void spawned_task_base::on_root_finished(outcome_kind outcome) noexcept { complete_with(outcome); }
+void spawned_task_base::on_root_finished(outcome_kind outcome) noexcept {
+  if (extras_ != nullptr && extras_->tidy_runner) {
+    complete_with(extras_->finishing);  // the clean-ups have run: the body's outcome stands
+    return;
+  }
+  if (extras_ == nullptr || extras_->tidy_top == nullptr) {
+    complete_with(outcome);
+    return;
+  }
+  // T4: run the clean-ups first, shielded, then come back here (the runner's root is this task).
+  extras_->finishing = outcome;
+  // relaxed: no wait is registered while the task runs, so no canceller acts on the bit before
+  // our next registration, which takes the lock (S3).
+  flags_.fetch_or(shielded, std::memory_order_relaxed);
+  extras_->tidy_runner = start_tidy_runner(*this);
+  transfer_to(extras_->tidy_runner);
+}
+
+task_extras& spawned_task_base::extras() {
+  if (extras_ == nullptr) extras_ = new task_extras();
+  return *extras_;
+}
+
+void spawned_task_base::push_tidy(tidy_entry* entry) {
+  task_extras& e = extras();
+  entry->below = e.tidy_top;
+  e.tidy_top = entry;
+}
+
+void spawned_task_base::add_completion_hook(completion_hook* hook) {
+  task_extras& e = extras();
+  hook->next = e.hooks;
+  e.hooks = hook;
+}
+
+tidy_entry* spawned_task_base::pop_tidy() noexcept {
+  if (extras_ == nullptr || extras_->tidy_top == nullptr) return nullptr;
+  tidy_entry* entry = extras_->tidy_top;
+  extras_->tidy_top = entry->below;
+  return entry;
+}
+
+void spawned_task_base::destroy_tidy() noexcept {
+  if (extras_ == nullptr) return;
+  if (extras_->tidy_runner) {
+    extras_->tidy_runner.destroy();  // owns the entry it was running
+    extras_->tidy_runner = nullptr;
+  }
+  while (tidy_entry* entry = extras_->tidy_top) {
+    extras_->tidy_top = entry->below;
+    delete entry;
+  }
+}
+
+void spawned_task_base::destroy_extras() noexcept {
+  destroy_tidy();
+  // Hooks ran at completion; a task destroyed without completing has none left to run.
+  while (extras_ != nullptr && extras_->hooks != nullptr) {
+    completion_hook* hook = extras_->hooks;
+    extras_->hooks = hook->next;
+    delete hook;
+  }
+  delete std::exchange(extras_, nullptr);
+}
+
+spawned_task_base::~spawned_task_base() { destroy_extras(); }
 
 void spawned_task_base::abandon() noexcept {
   // Make a concurrent cancel() a no-op first: `wait_` points into the frames about to go (S3).
@@ -185,8 +262,10 @@ void spawned_task_base::abandon() noexcept {
   flags_.fetch_or(cancel_requested, std::memory_order_relaxed);  // relaxed: under the lock
   wait_ = nullptr;
   unlock();
-  // Destroy the frames (their destructors may unregister from primitives), then complete.
+  // Destroy the frames (their destructors may unregister from primitives), then complete. The
+  // clean-ups do not run: nothing is left to run them on (tidy.hpp).
   destroy_frame_(this);
+  destroy_tidy();
   complete_with(outcome_kind::cancelled);
 }
 

@@ -3,9 +3,15 @@
 
 #include <vector>
 
+#include "spindle/task/named_tasks.hpp"
 #include "spindle/task/spawned_task.hpp"
 
 namespace spindle::detail {
+
+task_host::task_host(std::uint32_t shards)
+    : tasks(shards), names(std::make_unique<named_task_registry>()) {}
+
+task_host::~task_host() = default;
 
 void task_host::abandon_all() noexcept {
   // Collect first: abandoning runs frame destructors and frees slots. Repeat in case a

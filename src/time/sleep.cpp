@@ -5,18 +5,9 @@
 #include "spindle/task/runtime.hpp"
 
 namespace spindle {
-namespace {
-
-detail::task_host& current_host_or_throw(const char* what) {
-  detail::task_host* host = detail::current_task_host();
-  if (host == nullptr) throw usage_error(what);
-  return *host;
-}
-
-}  // namespace
 
 clock_time now() {
-  return current_host_or_throw("spindle::now() called outside a task or runtime worker")
+  return detail::current_host_or_throw("spindle::now() called outside a task or runtime worker")
       .clock()
       .now();
 }

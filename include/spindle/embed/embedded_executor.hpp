@@ -68,6 +68,7 @@
 #include <atomic>
 #include <concepts>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -79,6 +80,7 @@
 #include "spindle/task/runtime.hpp"
 #include "spindle/task/task.hpp"
 #include "spindle/task/task_host.hpp"
+#include "spindle/task/task_slot.hpp"
 
 namespace spindle::embed {
 
@@ -126,6 +128,19 @@ class embedded_executor final : private ::spindle::detail::task_host {
   auto spawn(F&& function) {
     return ::spindle::detail::spawn_function_in(static_cast<::spindle::detail::task_host&>(*this),
                                      std::decay_t<F>(std::forward<F>(function)));
+  }
+
+  // Spawns under a name (task/named_tasks.hpp): wait_named(name) in a task here waits for it.
+  template <class T>
+  join_handle<T> spawn_named(std::string name, task<T> body) {
+    return ::spindle::detail::spawn_named_in(static_cast<::spindle::detail::task_host&>(*this),
+                                             std::move(name), std::move(body));
+  }
+  std::size_t live_named(const std::string& name) const { return names->live(name); }
+  // Spawns as the new occupant of `slot` (task/task_slot.hpp), on this executor.
+  template <class T>
+  join_handle<T> spawn_in_slot(task_slot& slot, task<T> body) {
+    return slot.submit(static_cast<::spindle::detail::task_host&>(*this), std::move(body));
   }
 
   // The host's thread: runs service and execute phases (see above). Throws usage_error when

@@ -63,13 +63,6 @@ namespace spindle {
 
 namespace detail {
 
-// The task layer's state of `rt`.
-inline runtime_state& state_of(runtime& rt) noexcept {
-  return *static_cast<runtime_state*>(rt.core().layer_state());
-}
-// What runs the calling task (or the runtime of the calling worker); usage_error elsewhere.
-task_host& current_host_or_throw();
-
 // Waits for `target` to complete without being a cancellation point: the owner's cancellation
 // does not interrupt it. For structured cleanup (a parent that must not return before its child).
 class completion_awaiter : public completion_waker {
@@ -197,7 +190,11 @@ class join_set {
   ~join_set() { close(); }
 
   // Spawns `body` on the current runtime (on a worker) / on `rt` (anywhere).
-  void spawn(task<T> body) { spawn_into(detail::current_host_or_throw(), std::move(body)); }
+  void spawn(task<T> body) {
+    spawn_into(detail::current_host_or_throw(
+                   "spindle: join_set::spawn(task) outside a task or worker; pass the runtime"),
+               std::move(body));
+  }
   void spawn(runtime& rt, task<T> body) { spawn_into(detail::state_of(rt), std::move(body)); }
 
   std::size_t size() const noexcept { return size_; }

@@ -26,11 +26,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <type_traits>
 
 #include "spindle/core/errors.hpp"
 #include "spindle/core/runtime_core.hpp"
 #include "spindle/task/join_handle.hpp"
+#include "spindle/task/named_tasks.hpp"
 #include "spindle/task/task_host.hpp"
 #include "spindle/task/task.hpp"
 
@@ -106,6 +108,37 @@ inline void schedule_prepared(task_host& host, spawned_task_base* spawned) noexc
   host.schedule(spawned, core::schedule_hint::spawn);
 }
 
+// A prepared task that must not run after all (setting it up further failed): it is scheduled
+// cancelled, so it completes without starting and leaves the table the usual way.
+inline void cancel_prepared(task_host& host, spawned_task_base* spawned) noexcept {
+  spawned->request_cancel();
+  schedule_prepared(host, spawned);
+}
+
+// spawn_in under a name (named_tasks.hpp): the name is live until the task completes.
+template <class T>
+join_handle<T> spawn_named_in(task_host& host, std::string name, task<T> body) {
+  auto hook = std::make_unique<name_release_hook>(*host.names, name);
+  auto* spawned = prepare_spawn(host, std::move(body));
+  join_handle<T> handle(spawned);
+  try {
+    host.names->add(name);
+  } catch (...) {
+    cancel_prepared(host, spawned);
+    throw;
+  }
+  try {
+    spawned->add_completion_hook(hook.get());
+    hook.release();
+  } catch (...) {
+    host.names->remove(name);
+    cancel_prepared(host, spawned);
+    throw;
+  }
+  schedule_prepared(host, spawned);
+  return handle;
+}
+
 template <class T>
 join_handle<T> spawn_in(task_host& state, task<T> body) {
   auto* spawned = prepare_spawn(state, std::move(body));
@@ -150,6 +183,13 @@ class runtime {
   auto spawn(F&& function) {
     return detail::spawn_function_in(*state_, std::decay_t<F>(std::forward<F>(function)));
   }
+  // Spawns under a name (task/named_tasks.hpp): wait_named(name) waits for it.
+  template <class T>
+  join_handle<T> spawn_named(std::string name, task<T> body) {
+    return detail::spawn_named_in(*state_, std::move(name), std::move(body));
+  }
+  // Live tasks spawned under `name` (a snapshot).
+  std::size_t live_named(const std::string& name) const { return state_->names->live(name); }
   // Spawns on one specific executor (its inbox); the task runs there first.
   template <class T>
   join_handle<T> spawn_on(std::uint32_t executor_index, task<T> body);
@@ -181,6 +221,16 @@ class runtime {
   std::shared_ptr<detail::runtime_state> state_;
 };
 
+namespace detail {
+// The task layer's state of `rt`.
+inline runtime_state& state_of(runtime& rt) noexcept {
+  return *static_cast<runtime_state*>(rt.core().layer_state());
+}
+// What runs the calling task (or the runtime of the calling worker); usage_error(what) elsewhere.
+task_host& current_host_or_throw(
+    const char* what = "spindle: needs a task, or a runtime worker; pass the runtime");
+}  // namespace detail
+
 template <class T>
 join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body) {
   if (executor_index >= executor_count()) throw usage_error("spindle: no such executor");
@@ -196,6 +246,14 @@ join_handle<T> spawn(task<T> body) {
   detail::task_host* host = detail::current_task_host();
   if (host == nullptr) throw usage_error("spindle::spawn called outside a task or runtime worker");
   return detail::spawn_in(*host, std::move(body));
+}
+
+// spawn() under a name (task/named_tasks.hpp).
+template <class T>
+join_handle<T> spawn_named(std::string name, task<T> body) {
+  return detail::spawn_named_in(
+      detail::current_host_or_throw("spindle::spawn_named called outside a task or runtime worker"),
+      std::move(name), std::move(body));
 }
 
 }  // namespace spindle

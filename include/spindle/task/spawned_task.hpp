@@ -13,6 +13,8 @@
 //   cancel_requested - cancellation asked for; observed at the next suspension point
 //   join_waiting     - `joiner` is registered and must be woken on completion
 //   locked           - spin lock bit guarding `wait` (the current cancellable wait)
+//   shielded         - the task runs its tidy destructors (T4): a cancellation is recorded but
+//                      neither interrupts a wait nor makes an await throw
 // Invariants
 //   (S1) `outcome` and the root's result are written before `complete` is set (release), and
 //        read only after `complete` was observed (acquire).
@@ -49,6 +51,12 @@ namespace spindle {
 
 class runtime;
 
+namespace detail {
+class tidy_entry;
+class completion_hook;
+struct task_extras;
+}  // namespace detail
+
 // Something suspended that a canceller can interrupt. See invariant S3.
 class cancellable_wait {
  public:
@@ -77,6 +85,7 @@ class spawned_task_base : public core::runnable {
     cancel_requested = 1u << 1,
     join_waiting = 1u << 2,
     locked = 1u << 3,
+    shielded = 1u << 4,
     // References live in the upper 16 bits of the same word, so completing and dropping the
     // running task's reference is one CAS.
     reference_shift = 16,
@@ -89,7 +98,8 @@ class spawned_task_base : public core::runnable {
   void set_resume_point(std::coroutine_handle<> h) noexcept { resume_point_ = h; }
   bool cancellation_requested() const noexcept {
     // relaxed: a hint; an await that acts on it re-checks under the task lock.
-    return (flags_.load(std::memory_order_relaxed) & cancel_requested) != 0;
+    return (flags_.load(std::memory_order_relaxed) & (cancel_requested | shielded)) ==
+           cancel_requested;
   }
   // Begin a cancellable wait (S3): takes the task lock. Returns false (lock released) if
   // cancellation was already requested: the caller must not suspend and should throw
@@ -132,7 +142,17 @@ class spawned_task_base : public core::runnable {
   }
 
   // --- used by the root coroutine's final suspend ------------------------------------------
+  // The root finished: completes the task, or first runs its tidy destructors (T4).
   void on_root_finished(outcome_kind outcome) noexcept;
+
+  // --- tidy destructors (task/tidy.hpp), on the thread running this task ---------------------
+  void push_tidy(tidy_entry* entry);
+  tidy_entry* pop_tidy() noexcept;
+
+  // --- completion hooks (slots, names): run once when the task completes, before its outcome
+  // is published, on the completing thread. Added before the task is first scheduled, or by the
+  // task itself. The task owns (and deletes) the hook.
+  void add_completion_hook(completion_hook* hook);
 
   // --- shutdown -------------------------------------------------------------------------------
   // Destroys a task that will never run again (queued or suspended at shutdown): marks it
@@ -146,7 +166,7 @@ class spawned_task_base : public core::runnable {
   using frame_function = void (*)(spawned_task_base*) noexcept;
   spawned_task_base(task_host& host, std::coroutine_handle<> root,
                     destroy_function destroy, frame_function destroy_frame) noexcept;
-  ~spawned_task_base() = default;
+  ~spawned_task_base();
 
   // For spawned tasks whose body is a plain function (run directly, no coroutine): call
   // begin_function_run first (false: it was cancelled before it ran and is now complete), then
@@ -160,6 +180,8 @@ class spawned_task_base : public core::runnable {
   void complete_with(outcome_kind outcome) noexcept;
   void lock() noexcept;
   void unlock() noexcept;
+  void destroy_tidy() noexcept;    // the clean-ups and their runner (abandon, destruction)
+  void destroy_extras() noexcept;  // everything in extras_ (destruction)
 
   std::atomic<std::uint32_t> flags_{2 * one_reference};  // S4: the task and its handle
   bool started_ = false;  // executor-only: touched by whoever runs the task
@@ -172,6 +194,8 @@ class spawned_task_base : public core::runnable {
   frame_function destroy_frame_;
   task_table* table_ = nullptr;  // where this task has its slot, until completion
   task_id id_;
+  task_extras* extras_ = nullptr;  // what few tasks use (tidy, hooks): made on first use
+  task_extras& extras();
 };
 
 // Cooperative budget (C6): how many child awaits a task may complete inline before it must

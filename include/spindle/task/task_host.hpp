@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "spindle/core/clock.hpp"
 #include "spindle/core/runnable.hpp"
@@ -27,11 +28,13 @@ class timer_service;
 
 namespace spindle::detail {
 
+class named_task_registry;
+
 class task_host : public core::scheduler {
  public:
   // `shards`: task-table shards owned by threads of this host (executors; 1 for an embedded
   // executor); one more is added for every other thread.
-  explicit task_host(std::uint32_t shards) : tasks(shards) {}
+  explicit task_host(std::uint32_t shards);
 
   // The table shard of the calling thread: its own index if it is one of this host's threads
   // running now, else -1 (the shared, locked shard).
@@ -49,9 +52,11 @@ class task_host : public core::scheduler {
 
   // Every spawned task not yet completed has a slot here (ids, shutdown, diagnostics).
   task_table tasks;
+  // Names of live tasks, for spawn_named / wait_named (task/named_tasks.hpp).
+  const std::unique_ptr<named_task_registry> names;
 
  protected:
-  ~task_host() = default;
+  ~task_host();
 };
 
 }  // namespace spindle::detail
