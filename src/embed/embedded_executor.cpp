@@ -148,33 +148,34 @@ void embedded_executor::tick() {
   } leave;
   host_.begin_tick();
   ++statistics_.ticks;
-  service(true);
+  service(service_kind::first);
   std::uint32_t budget = options_.tasks_per_tick;
-  bool executed = false;
   while (budget > 0 && queued_work()) {
     budget -= execute(std::min(budget, options_.tasks_per_execute_phase));
-    executed = true;
     // The last phase of the tick is this service phase when the loop stops here. Timers only
     // in the tick's first and last service phase: reading the host's clock has a cost.
     const bool last = budget == 0 || !queued_work();
-    service(last && executed);
+    service(last ? service_kind::last : service_kind::middle);
   }
   if (queued_work()) host_.request_reentry();
   host_.tick_at(next_deadline());
   host_.end_tick();
 }
 
-void embedded_executor::service(bool fire_timers) noexcept {
+void embedded_executor::service(service_kind kind) noexcept {
   observe(phase::service);
   ++statistics_.service_phases;
-  // What the last execute phase woke, then what other threads woke (in arrival order).
+  // What the last execute phase woke, then what other threads woke (in arrival order). The
+  // tick's first look is a seq_cst load, ordered after begin_tick's seq_cst store
+  // (integration.hpp); later looks may use take_all's relaxed hint.
   take_requests();
-  if (core::runnable* chain = actions_.take_all()) {
+  const bool look = kind != service_kind::first || !actions_.empty_seq_cst();
+  if (core::runnable* chain = look ? actions_.take_all() : nullptr) {
     const std::uint64_t before = oldest_.size;
     oldest_.append(chain);
     statistics_.foreign_wakes += oldest_.size - before;
   }
-  if (fire_timers) {
+  if (kind != service_kind::middle) {
     // Fire callbacks wake tasks on this thread: they join the request lists, moved just below.
     statistics_.timers_fired += timers_.fire_due();
     take_requests();

@@ -100,7 +100,7 @@ TEST(Tidy, RunsWhenTheBodyThrowsAndTheExceptionStillPropagates) {
 }
 
 spindle::task<int> dismisses_one(journal* j) {
-  auto kept = spindle::tidy([j] { return note_after_yield(j, "kept"); });
+  [[maybe_unused]] auto kept = spindle::tidy([j] { return note_after_yield(j, "kept"); });
   auto dropped = spindle::tidy([j] { return note_after_yield(j, "dismissed"); });
   dropped.dismiss();
   co_return 1;

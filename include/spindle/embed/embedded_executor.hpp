@@ -5,7 +5,7 @@
 //   spindle::embed::embedded_executor ex(host);
 //   auto h = ex.spawn(my_task());        // any thread; the host is asked for a tick
 //   ... in the host's loop, whenever asked (tick_soon) or at the requested time (tick_at):
-//   ex.tick();
+//   ex.tick();                           // after consuming the request (integration.hpp)
 //
 // A single-threaded, non-preemptive executor: tasks run only inside tick(), on the thread that
 // calls it, one at a time, each until it suspends. The same task<T> code runs here and on the
@@ -55,7 +55,9 @@
 // Shutdown (the destructor, on the ticking thread, outside a tick):
 //   1. `stopping`: spawns throw runtime_stopped; wake-ups are ignored from now on (every task
 //      still live is destroyed below, whatever queue it would have joined);
-//   2. the action queue is closed (a concurrent waker's push then fails and is ignored);
+//   2. the action queue is closed (defensive: a late push fails and is ignored; but a waker on
+//      another thread that pushed just before goes on to call the integration's tick_soon(),
+//      possibly after the destructor returned, so other threads must be quiet, see below);
 //   3. every runnable still queued (run queue, request list, closed action queue) is dropped:
 //      a task records "cancelled" and destroys its frames;
 //   4. every task still live (suspended forever) is abandoned the same way, until none is left;
@@ -193,7 +195,10 @@ class embedded_executor final : private ::spindle::detail::task_host {
   spindle::clock& clock() const noexcept override { return clock_; }
   bool stopping() const noexcept override;
 
-  void service(bool fire_timers) noexcept;
+  // The first service phase of a tick looks at the action queue with a seq_cst load (the
+  // re-entry argument in integration.hpp); every service phase that ends a tick fires timers.
+  enum class service_kind { first, middle, last };
+  void service(service_kind kind) noexcept;
   std::uint32_t execute(std::uint32_t limit) noexcept;  // returns how many ran
   void observe(phase p) noexcept {
     if (phase_observer_ != nullptr) phase_observer_(phase_context_, p);

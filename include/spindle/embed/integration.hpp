@@ -14,14 +14,21 @@
 //                    also while a tick runs, in which case one more tick must follow it. Never
 //                    call tick() from inside tick_soon(): tick() is not re-entrant.
 //
+// The host's one obligation: consume a tick request BEFORE calling tick() (clear the "tick
+// wanted" flag, take the posted event, then tick), never after tick() returns. A request that
+// arrives during a tick, including the re-entry a tick asks for itself when it leaves work
+// behind, reaches the host while tick() still runs (or just after it): a host that clears its
+// flag once tick() returned would erase it. Hosts whose tick_soon() posts an event to their own
+// queue satisfy this naturally.
+//
 // Two wrappers, from the seed, sit between the executor and every user-supplied integration
 // (the executor applies both itself; they are public so hosts and tests can use them alone):
 //
-//   reentering_integration   makes tick_soon() safe for hosts that clear a "tick wanted" flag
-//                            when a tick ends: a request made during a tick (from any thread) is
-//                            held and passed on once, after the tick ended. Requests outside a
-//                            tick pass straight through. It also collapses the many requests one
-//                            tick makes (every wake-up during a tick asks for one) into one.
+//   reentering_integration   a request made during a tick (from any thread) is held and passed
+//                            on once, at the tick's end, after its last look at its queues: the
+//                            host is never re-entered while it is dispatching the tick, and the
+//                            many requests one tick makes (every wake-up during a tick asks for
+//                            one) become one. Requests outside a tick pass straight through.
 //   sleep_catcher            passes tick_at() on only when the requested time differs from the
 //                            one last passed on, so a host is not told the same deadline at the
 //                            end of every tick.
@@ -51,11 +58,14 @@ class integration {
 // State word (reentry_state.hpp): `in_tick` (set by begin_tick, cleared by end_tick) and
 // `requested` (a request arrived during the tick). Invariant: `requested` is only ever set
 // together with `in_tick`, so end_tick, which clears both with one exchange, is the one place
-// that passes a held request on. A request that finds no tick running passes on at once: if a tick starts meanwhile, that tick's
-// first service phase already sees the work the requester published before asking (the
-// requester's seq_cst load of the word is ordered after its publication, begin_tick's seq_cst
-// store before the tick's first look at its queues), so the early pass is one spare tick at
-// worst, never a lost one.
+// that passes a held request on. A request that finds no tick running passes on at once: if a
+// tick starts meanwhile, that tick's first service phase already sees the work the requester
+// published before asking. That needs seq_cst operations in one total order: the requester's
+// publication (the action queue's push) before its load of the word, and begin_tick's store
+// before the tick's first look at the queue, which is a seq_cst load
+// (intrusive_mpsc_stack::empty_seq_cst; a relaxed look may still read the queue as it was
+// before the store: tests/model/reentry_state_model.cpp shows the lost re-entry). The early pass
+// is then one spare tick at worst, never a lost one.
 class reentering_integration final : public integration {
  public:
   explicit reentering_integration(integration& inner) noexcept : inner_(inner) {}
