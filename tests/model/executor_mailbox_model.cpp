@@ -59,8 +59,7 @@ struct model_message {
 };
 
 // Same memory orders as the code, or the push's CAS weakened from seq_cst to release.
-struct release_push {
-  static constexpr std::memory_order store(std::memory_order mo) { return mo; }
+struct release_push : relacy_bridge::exact_orders {
   static constexpr std::memory_order cas_success(std::memory_order mo) {
     return mo == std::memory_order_seq_cst ? std::memory_order_release : mo;
   }

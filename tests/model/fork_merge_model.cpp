@@ -75,7 +75,7 @@ enum class board_bug {
 
 // board_bug as a relacy_bridge order filter.
 template <board_bug Bug>
-struct weaken_board {
+struct weaken_board : relacy_bridge::exact_orders {
   static constexpr std::memory_order store(std::memory_order mo) {
     return Bug == board_bug::relaxed_publish && mo == std::memory_order_release
                ? std::memory_order_relaxed

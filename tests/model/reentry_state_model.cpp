@@ -63,19 +63,12 @@
 
 namespace {
 
-using relacy_bridge::to_rl;
 
 // --- an atomics policy whose every order can be weakened ----------------------------------------
 // (relacy_bridge's relacy_atomic weakens stores and CAS successes only; reentry_state's load and
 // exchange are the interesting ones here.)
 
-struct exact {
-  static constexpr std::memory_order load(std::memory_order mo) { return mo; }
-  static constexpr std::memory_order store(std::memory_order mo) { return mo; }
-  static constexpr std::memory_order exchange(std::memory_order mo) { return mo; }
-  static constexpr std::memory_order cas_success(std::memory_order mo) { return mo; }
-  static constexpr std::memory_order cas_failure(std::memory_order mo) { return mo; }
-};
+using exact = relacy_bridge::exact_orders;
 
 constexpr std::memory_order no_seq_cst_load(std::memory_order mo) {
   return mo == std::memory_order_seq_cst ? std::memory_order_acquire : mo;
@@ -109,44 +102,6 @@ struct acq_rel_end_tick : exact {
   static constexpr std::memory_order exchange(std::memory_order mo) { return no_seq_cst_rmw(mo); }
 };
 
-template <class T, class Weaken>
-class tunable_atomic {
- public:
-  tunable_atomic() = default;
-  tunable_atomic(T value) : value_(value) {}  // NOLINT: like std::atomic
-
-  T load(std::memory_order mo = std::memory_order_seq_cst) const {
-    return value_($).load(to_rl(Weaken::load(mo)));
-  }
-  void store(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    value_($).store(v, to_rl(Weaken::store(mo)));
-  }
-  T exchange(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).exchange(v, to_rl(Weaken::exchange(mo)));
-  }
-  bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
-                             std::memory_order failure) {
-    return value_($).compare_exchange_weak(expected, desired, to_rl(Weaken::cas_success(success)),
-                                           to_rl(Weaken::cas_failure(failure)));
-  }
-  bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
-                               std::memory_order failure) {
-    return value_($).compare_exchange_strong(expected, desired,
-                                             to_rl(Weaken::cas_success(success)),
-                                             to_rl(Weaken::cas_failure(failure)));
-  }
-
- private:
-  mutable rl::atomic<T> value_;
-};
-
-template <class Weaken>
-struct tunable_atomics {
-  template <class T>
-  using atomic = tunable_atomic<T, Weaken>;
-  static void fence_seq_cst() { rl::atomic_thread_fence(rl::mo_seq_cst, $); }
-  static void relax() { rl::yield(1, $); }
-};
 
 // --- the work queue -------------------------------------------------------------------------
 
@@ -168,7 +123,7 @@ template <queue_kind Q, int Foreign, class Weaken = exact,
 struct reentry_race : rl::test_suite<reentry_race<Q, Foreign, Weaken, Expected>, 1 + Foreign, Expected> {
   static constexpr int ticks = 2;
 
-  spindle::embed::detail::reentry_state<tunable_atomics<Weaken>> state;
+  spindle::embed::detail::reentry_state<relacy_bridge::relacy_atomics<Weaken>> state;
   // counter / release_publish
   rl::atomic<int> published;
   rl::var<int> payload[max_foreign];

@@ -37,10 +37,15 @@ constexpr rl::memory_order to_rl(std::memory_order mo) {
   return rl::mo_seq_cst;
 }
 
-// Leaves every order as the code under test wrote it.
+// Leaves every order as the code under test wrote it. A model weakens some by deriving from it
+// and hiding one hook: load, store, exchange (also the fetch_ operations), CAS success, CAS
+// failure.
 struct exact_orders {
+  static constexpr std::memory_order load(std::memory_order mo) { return mo; }
   static constexpr std::memory_order store(std::memory_order mo) { return mo; }
+  static constexpr std::memory_order exchange(std::memory_order mo) { return mo; }
   static constexpr std::memory_order cas_success(std::memory_order mo) { return mo; }
+  static constexpr std::memory_order cas_failure(std::memory_order mo) { return mo; }
 };
 
 // The std::atomic surface spindle's structures use, forwarded to rl::atomic.
@@ -53,32 +58,33 @@ class relacy_atomic {
   // `delete` as a macro)
 
   T load(std::memory_order mo = std::memory_order_seq_cst) const {
-    return value_($).load(to_rl(mo));
+    return value_($).load(to_rl(Weaken::load(mo)));
   }
   void store(T v, std::memory_order mo = std::memory_order_seq_cst) {
     value_($).store(v, to_rl(Weaken::store(mo)));
   }
   T exchange(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).exchange(v, to_rl(mo));
+    return value_($).exchange(v, to_rl(Weaken::exchange(mo)));
   }
   T fetch_add(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).fetch_add(v, to_rl(mo));
+    return value_($).fetch_add(v, to_rl(Weaken::exchange(mo)));
   }
   T fetch_sub(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).fetch_sub(v, to_rl(mo));
+    return value_($).fetch_sub(v, to_rl(Weaken::exchange(mo)));
   }
   T fetch_or(T v, std::memory_order mo = std::memory_order_seq_cst) {
-    return value_($).fetch_or(v, to_rl(mo));
+    return value_($).fetch_or(v, to_rl(Weaken::exchange(mo)));
   }
   bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
                              std::memory_order failure) {
     return value_($).compare_exchange_weak(expected, desired, to_rl(Weaken::cas_success(success)),
-                                           to_rl(failure));
+                                           to_rl(Weaken::cas_failure(failure)));
   }
   bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
                                std::memory_order failure) {
     return value_($).compare_exchange_strong(expected, desired,
-                                             to_rl(Weaken::cas_success(success)), to_rl(failure));
+                                             to_rl(Weaken::cas_success(success)),
+                                             to_rl(Weaken::cas_failure(failure)));
   }
   bool compare_exchange_weak(T& expected, T desired,
                              std::memory_order mo = std::memory_order_seq_cst) {

@@ -28,8 +28,7 @@ namespace {
 using spindle::detail::submission_outcome;
 
 // publish_running's CAS (acq_rel) weakened to acquire only.
-struct unpublished_handle {
-  static constexpr std::memory_order store(std::memory_order mo) { return mo; }
+struct unpublished_handle : relacy_bridge::exact_orders {
   static constexpr std::memory_order cas_success(std::memory_order mo) {
     return mo == std::memory_order_acq_rel ? std::memory_order_acquire : mo;
   }

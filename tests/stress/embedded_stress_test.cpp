@@ -32,6 +32,7 @@
 
 #include "spindle/core/executor_mailbox.hpp"
 #include "spindle/spindle.hpp"
+#include "support/exactly_once.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -149,21 +150,6 @@ class thread_group {
  private:
   std::vector<std::thread> threads_;
 };
-
-// Each of `total` ids exactly once across `received`.
-void expect_each_exactly_once(const std::vector<std::vector<std::uint64_t>>& received,
-                              std::uint64_t total) {
-  std::vector<std::uint8_t> seen(total, 0);
-  std::uint64_t count = 0;
-  for (const auto& items : received) {
-    for (std::uint64_t item : items) {
-      ASSERT_LT(item, total);
-      ASSERT_EQ(seen[item]++, 0) << "item " << item << " delivered twice";
-      ++count;
-    }
-  }
-  EXPECT_EQ(count, total) << "items lost";
-}
 
 // --- 1. channel from foreign threads ---------------------------------------------------------
 

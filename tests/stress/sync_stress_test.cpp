@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "spindle/sync/sync.hpp"
+#include "support/exactly_once.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -34,20 +35,6 @@ spindle::task<void> consume(spindle::channel<std::uint64_t>& ch, std::vector<std
     // relaxed: a progress hint for the test thread; the join publishes `got`.
     progress.fetch_add(1, std::memory_order_relaxed);
   }
-}
-
-void expect_each_exactly_once(const std::vector<std::vector<std::uint64_t>>& received,
-                              std::uint64_t total) {
-  std::vector<std::uint8_t> seen(total, 0);
-  std::uint64_t count = 0;
-  for (const auto& items : received) {
-    for (std::uint64_t item : items) {
-      ASSERT_LT(item, total);
-      ASSERT_EQ(seen[item]++, 0) << "item " << item << " delivered twice";
-      ++count;
-    }
-  }
-  EXPECT_EQ(count, total);
 }
 
 TEST(SyncStress, ChannelManyProducersManyConsumers) {
