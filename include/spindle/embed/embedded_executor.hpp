@@ -9,8 +9,9 @@
 //
 // A single-threaded, non-preemptive executor: tasks run only inside tick(), on the thread that
 // calls it, one at a time, each until it suspends. The same task<T> code runs here and on the
-// multi-core runtime (E4): spawn, join handles, cancellation, sleep, with_timeout, join sets and
-// every sync primitive work unchanged. What needs a runtime's workers refuses with usage_error:
+// multi-core runtime (E4): spawn, join handles, cancellation, sleep, with_timeout, join sets,
+// tidy destructors, slots (spawn_in_slot), named tasks (spawn_named, wait_named) and every sync
+// primitive work unchanged (E6). What needs a runtime's workers refuses with usage_error:
 // I/O operations (no reactor here; opening a file is a plain system call and works), actors,
 // run_on(rt, ...) and rt.block_on (the ticking thread must not block). fork_join without a
 // runtime runs both branches on the ticking thread, one after the other.
