@@ -15,50 +15,20 @@ namespace {
 // this thread reads or writes it.
 thread_local embedded_executor* ticking_here = nullptr;
 
-}  // namespace
-
-// --- runnable_list -------------------------------------------------------------------------------
-
-void embedded_executor::runnable_list::push(core::runnable* r) noexcept {
-  r->next = nullptr;
-  if (tail == nullptr) {
-    head = r;
-  } else {
-    tail->next = r;
-  }
-  tail = r;
-  ++size;
-}
-
-void embedded_executor::runnable_list::push_front(core::runnable* r) noexcept {
-  r->next = head;
-  head = r;
-  if (tail == nullptr) tail = r;
-  ++size;
-}
-
-void embedded_executor::runnable_list::append(core::runnable* oldest_first) noexcept {
+// Appends a null-terminated chain (the action queue's, oldest first); returns its length.
+std::uint64_t append_chain(core::intrusive_fifo<core::runnable, &core::runnable::next>& list,
+                           core::runnable* oldest_first) noexcept {
+  std::uint64_t count = 0;
   while (oldest_first != nullptr) {
     core::runnable* next = oldest_first->next;
-    push(oldest_first);
+    list.push_back(oldest_first);
     oldest_first = next;
+    ++count;
   }
+  return count;
 }
 
-core::runnable* embedded_executor::runnable_list::pop() noexcept {
-  core::runnable* r = head;
-  if (r == nullptr) return nullptr;
-  head = r->next;
-  if (head == nullptr) tail = nullptr;
-  --size;
-  return r;
-}
-
-core::runnable* embedded_executor::runnable_list::take_all() noexcept {
-  core::runnable* chain = head;
-  *this = {};
-  return chain;
-}
+}  // namespace
 
 // --- construction, shutdown ----------------------------------------------------------------------
 
@@ -94,11 +64,11 @@ void embedded_executor::drain_for_shutdown() noexcept {
   // Step 2: a push after this fails; its task is still in the table (step 4).
   core::runnable* closed = actions_.close();
   // Step 3: what is queued is dropped exactly once (a task: abandoned, so it leaves the table).
-  oldest_.append(newest_.take_all());
-  oldest_.append(requested_newest_.take_all());
-  oldest_.append(requested_oldest_.take_all());
-  oldest_.append(closed);
-  while (core::runnable* r = oldest_.pop()) r->drop();
+  oldest_.append(newest_);
+  oldest_.append(requested_newest_);
+  oldest_.append(requested_oldest_);
+  append_chain(oldest_, closed);
+  while (core::runnable* r = oldest_.pop_front()) r->drop();
   // Step 4: suspended forever. Wake-ups from the destroyed frames are ignored (step 1).
   abandon_all();
 }
@@ -116,9 +86,9 @@ void embedded_executor::schedule(core::runnable* r, core::schedule_hint hint) no
   if (ticking_here == this) {
     // Runs in a later execute phase of this tick (or the next).
     if (hint == core::schedule_hint::yield) {
-      requested_oldest_.push(r);
+      requested_oldest_.push_back(r);
     } else {
-      requested_newest_.push(r);
+      requested_newest_.push_back(r);
     }
     return;
   }
@@ -171,9 +141,7 @@ void embedded_executor::service(service_kind kind) noexcept {
   take_requests();
   const bool look = kind != service_kind::first || !actions_.empty_seq_cst();
   if (core::runnable* chain = look ? actions_.take_all() : nullptr) {
-    const std::uint64_t before = oldest_.size;
-    oldest_.append(chain);
-    statistics_.foreign_wakes += oldest_.size - before;
+    statistics_.foreign_wakes += append_chain(oldest_, chain);
   }
   if (kind != service_kind::middle) {
     // Fire callbacks wake tasks on this thread: they join the request lists, moved just below.
@@ -184,12 +152,8 @@ void embedded_executor::service(service_kind kind) noexcept {
 
 void embedded_executor::take_requests() noexcept {
   // Oldest request first onto the stack, so the newest ends on top.
-  for (core::runnable* r = requested_newest_.take_all(); r != nullptr;) {
-    core::runnable* next = r->next;
-    newest_.push_front(r);
-    r = next;
-  }
-  oldest_.append(requested_oldest_.take_all());
+  while (core::runnable* r = requested_newest_.pop_front()) newest_.push_front(r);
+  oldest_.append(requested_oldest_);
 }
 
 std::uint32_t embedded_executor::execute(std::uint32_t limit) noexcept {
@@ -198,9 +162,9 @@ std::uint32_t embedded_executor::execute(std::uint32_t limit) noexcept {
   std::uint32_t ran = 0;
   while (ran < limit) {
     // The oldest end first in each phase (fairness), then the newest end until it is empty.
-    core::runnable* r = ran == 0 ? oldest_.pop() : nullptr;
-    if (r == nullptr) r = newest_.pop();
-    if (r == nullptr) r = oldest_.pop();
+    core::runnable* r = ran == 0 ? oldest_.pop_front() : nullptr;
+    if (r == nullptr) r = newest_.pop_front();
+    if (r == nullptr) r = oldest_.pop_front();
     if (r == nullptr) break;
     r->run();  // until it suspends or completes; `r` must not be touched afterwards
     ++ran;
@@ -227,7 +191,7 @@ embedded_statistics embedded_executor::statistics() const noexcept {
   embedded_statistics s = statistics_;
   s.live_tasks = tasks.live_count();
   s.queued_tasks =
-      newest_.size + oldest_.size + requested_newest_.size + requested_oldest_.size;
+      newest_.size() + oldest_.size() + requested_newest_.size() + requested_oldest_.size();
   // Asked from inside one of this executor's tasks: that one is running, not blocked.
   const bool asked_by_running_task =
       ticking_here == this && ::spindle::detail::spawned_task_base::current() != nullptr;

@@ -85,6 +85,7 @@ class intrusive_fifo {
  public:
   bool empty() const noexcept { return head_ == nullptr; }
   T* front() const noexcept { return head_; }  // oldest, null if empty
+  std::size_t size() const noexcept { return size_; }
 
   void push_back(T* element) noexcept {
     element->*Next = nullptr;
@@ -94,6 +95,14 @@ class intrusive_fifo {
       head_ = element;
     }
     tail_ = element;
+    ++size_;
+  }
+  // Used as a stack (push_front, pop_front) by the embedded executor's newest end.
+  void push_front(T* element) noexcept {
+    element->*Next = head_;
+    head_ = element;
+    if (tail_ == nullptr) tail_ = element;
+    ++size_;
   }
   T* pop_front() noexcept {  // null if empty
     T* element = head_;
@@ -101,6 +110,7 @@ class intrusive_fifo {
       head_ = element->*Next;
       if (head_ == nullptr) tail_ = nullptr;
       element->*Next = nullptr;
+      --size_;
     }
     return element;
   }
@@ -113,12 +123,15 @@ class intrusive_fifo {
       head_ = other.head_;
     }
     tail_ = other.tail_;
+    size_ += other.size_;
     other.head_ = other.tail_ = nullptr;
+    other.size_ = 0;
   }
   // Takes every element, leaving this FIFO empty.
   intrusive_fifo take_all() noexcept {
     intrusive_fifo all = *this;
     head_ = tail_ = nullptr;
+    size_ = 0;
     return all;
   }
   // Unlinks `element` if it is in this FIFO.
@@ -133,6 +146,7 @@ class intrusive_fifo {
       }
       if (tail_ == element) tail_ = previous;
       element->*Next = nullptr;
+      --size_;
       return true;
     }
     return false;
@@ -141,6 +155,7 @@ class intrusive_fifo {
  private:
   T* head_ = nullptr;
   T* tail_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 }  // namespace spindle::core

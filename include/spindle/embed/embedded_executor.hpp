@@ -77,6 +77,7 @@
 
 #include "spindle/core/clock.hpp"
 #include "spindle/core/executor_mailbox.hpp"
+#include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/timer_wheel.hpp"
 #include "spindle/embed/integration.hpp"
 #include "spindle/task/join_handle.hpp"
@@ -166,19 +167,8 @@ class embedded_executor final : private ::spindle::detail::task_host {
   static embedded_executor* current() noexcept;
 
  private:
-  // An owner-only list of runnables linked through runnable::next: a FIFO (push, pop) or a
-  // stack (push_front, pop).
-  struct runnable_list {
-    core::runnable* head = nullptr;
-    core::runnable* tail = nullptr;
-    std::uint64_t size = 0;
-    void push(core::runnable* r) noexcept;
-    void push_front(core::runnable* r) noexcept;
-    void append(core::runnable* oldest_first) noexcept;  // a null-terminated chain
-    core::runnable* pop() noexcept;
-    core::runnable* take_all() noexcept;  // the chain, head first; the list is left empty
-    bool empty() const noexcept { return head == nullptr; }
-  };
+  // An owner-only list of runnables linked through runnable::next (core/intrusive_list.hpp).
+  using runnable_list = core::intrusive_fifo<core::runnable, &core::runnable::next>;
   // spindle::clock over the integration's now().
   class integration_clock final : public spindle::clock {
    public:
