@@ -13,8 +13,10 @@ namespace {
 // Shortest tick, whatever the service interval asks for: below this the monitor's own wake-ups
 // start to cost a measurable share of a core.
 constexpr std::uint64_t min_tick_ns = 25'000;
-// How long the monitor sleeps at most while every executor is parked.
+// How long the monitor sleeps at most while every executor is parked, and how long everyone
+// must have been parked before it does (five time constants of the utilisation average).
 constexpr auto idle_sleep = std::chrono::milliseconds(100);
+constexpr std::uint64_t idle_after_ns = 20'000'000;
 // Utilisation: shortest sampling window and the moving average's time constant (load.md).
 constexpr std::uint64_t utilisation_window_ns = 1'000'000;
 constexpr std::uint64_t utilisation_time_constant_ns = 4'000'000;
@@ -51,6 +53,7 @@ void runtime_monitor::run() noexcept {
   const auto interval = std::uint64_t(core_.options().service_interval.count());
   const std::uint64_t tick_ns = std::max(interval / 4, min_tick_ns);
   std::uint64_t next_tick = monotonic_nanoseconds();
+  std::uint64_t all_parked_since = 0;
   for (;;) {
     {
       std::unique_lock lock(mutex_);
@@ -58,8 +61,15 @@ void runtime_monitor::run() noexcept {
     }
     const std::uint64_t now = monotonic_nanoseconds();
     tick(now);
-    if (core_.unparked_count() == 0) {
+    // Everyone parked: keep ticking a little longer, so that utilisation decays to idle before
+    // the monitor stops sampling, then sleep until an executor wakes.
+    if (core_.unparked_count() != 0) {
+      all_parked_since = 0;
+    } else if (all_parked_since == 0) {
+      all_parked_since = now;
+    } else if (now - all_parked_since >= idle_after_ns) {
       sleep_while_all_parked();
+      all_parked_since = 0;
       next_tick = monotonic_nanoseconds();
       continue;
     }

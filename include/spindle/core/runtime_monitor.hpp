@@ -33,7 +33,8 @@
 //      spawn_on) and completions of its io_uring ring (single issuer). They wait until it returns
 //      to its loop, or reaches a service point (executor::service_point, e.g. fork-join
 //      heartbeats, the cooperative budget's yields).
-// Idle: when no executor is awake the monitor sleeps until one wakes (executor::park notifies it;
+// Idle: when no executor has been awake for 20 ms (utilisation has decayed) the monitor sleeps
+// until one wakes (executor::park notifies it;
 // a Dekker pair of seq_cst operations on `idle_` and the runtime's unparked count means no wake
 // is lost) or 100 ms pass.
 //
