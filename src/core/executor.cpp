@@ -129,13 +129,15 @@ runnable* executor::next_runnable() noexcept {
   }
   if (runnable* r = take_from_inbox()) return r;
   if (runnable* r = local_.pop()) return r;
-  if (runnable* r = pinned_yielded_.pop_front()) return r;
   // Out of local work: submit what the last slices queued, route the completions (seed 000).
   if (reactor_->in_flight() != 0) {
     reactor_->poll();
     if (runnable* r = local_.pop()) return r;
   }
   if (runnable* r = take_from_injector(index_)) return r;
+  // Only then the pinned yielded runnable (the wheel): it and the tasks take turns, the tasks a
+  // batch at a time, the wheel at least once per service interval and fairness check.
+  if (runnable* r = pinned_yielded_.pop_front()) return r;
   return nullptr;
 }
 

@@ -22,8 +22,8 @@
 //      runnable that yielded;
 //   3. the inbox (runnables sent to this executor specifically);
 //   4. the local queue, newest first;
-//   5. a pinned runnable that yielded (the local queue ran dry: the wheel goes on);
-//   6. the injector: own shard, in a batch;
+//   5. the reactor when I/O is in flight; the injector: own shard, in a batch;
+//   6. a pinned runnable that yielded (no task work left here: the wheel goes on);
 //   7. rescue: due timers and queued work of executors stuck in a long runnable (the monitor,
 //      runtime_monitor.hpp, flags them);
 //   8. stealing (bounded number of concurrent searchers, random victims; first one item from
