@@ -117,7 +117,7 @@ spindle::task<bool> await_until(Step step, Done done) {
   const auto give_up = std::chrono::steady_clock::now() + give_up_after;
   while (!done()) {
     if (std::chrono::steady_clock::now() > give_up) co_return false;
-    co_await step();
+    static_cast<void>(co_await step());  // a guard, an item, ...: dropped at once
   }
   co_return true;
 }
