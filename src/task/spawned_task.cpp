@@ -290,7 +290,7 @@ bool join_awaiter_base::await_suspend(std::coroutine_handle<> h) {
   if (!target_->register_joiner(this)) {
     registered_ = false;
     self->end_registration(nullptr);
-    return false;  // already complete
+    return cooperative_await::yield_if_exhausted(*self, h);  // already complete (C6)
   }
   self->end_registration(this);
   return true;
