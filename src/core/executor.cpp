@@ -352,6 +352,7 @@ void executor::run_loop() noexcept {
   awake_since_owner_ns_ = monotonic_nanoseconds();
   awake_since_ns_.store(awake_since_owner_ns_, std::memory_order_relaxed);  // relaxed: sample
   last_service_ns_ = core_.coarse_now_ns();
+  current_slice_clock = slice_clock{&core_.coarse_now_ns_, core_.service_interval_ns()};
   while (!core_.stopping()) {
     runnable* r = next_runnable();
     // relaxed: a hint maintained by the monitor.
@@ -373,6 +374,7 @@ void executor::run_loop() noexcept {
   }
   reactor_->drain();  // shutdown step 4 (runtime_core.hpp), on the reactor's owner thread
   current_executor = nullptr;
+  current_slice_clock = slice_clock{};
 }
 
 }  // namespace spindle::core

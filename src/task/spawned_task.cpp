@@ -48,7 +48,7 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   }
   spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
   current_task = t;
-  cooperative_budget_left = cooperative_budget;
+  refill_cooperative_budget();
   run_trampoline(t->resume_point_);
   // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
   current_task = outer;

@@ -88,3 +88,45 @@ TEST(CooperativeBudgetOnRuntime, ALoopOfImmediateAwaitsCanBeCancelled) {
 }
 
 }  // namespace
+
+namespace {
+
+// The budget is bounded in time as well as in awaits: a loop whose awaits complete at once but
+// each follow 200 µs of work yields once a service interval (1 ms) has passed, at the next
+// check (every 16 awaits), not only after 128 awaits (25 ms). Counted, not timed: the most
+// iterations the loop runs between two ticks of a 1 ms ticker on the same worker.
+spindle::task<int> working_loop(spindle::event& set, std::atomic<int>& ticks, int wanted) {
+  int most_between_ticks = 0;
+  int since_tick = 0;
+  int last_ticks = ticks.load();
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (ticks.load() < wanted && std::chrono::steady_clock::now() < give_up) {
+    const auto until = std::chrono::steady_clock::now() + 200us;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    co_await set.wait();  // never suspends: the event is set
+    if (ticks.load() != last_ticks) {
+      last_ticks = ticks.load();
+      since_tick = 0;
+    } else if (++since_tick > most_between_ticks) {
+      most_between_ticks = since_tick;
+    }
+  }
+  co_return most_between_ticks;
+}
+
+TEST(CooperativeBudgetInTime, ALoopOfSlowImmediateAwaitsYieldsAfterAServiceInterval) {
+  spindle::runtime rt({.workers = 1});
+  spindle::event set;
+  set.set();
+  std::atomic<int> ticks{0};
+  std::atomic<bool> stop{false};
+  auto ticking = rt.spawn(ticker(ticks, stop));
+  const int most = join_bounded(rt.spawn(working_loop(set, ticks, 20)), 30s);
+  stop.store(true);
+  join_bounded(std::move(ticking));
+  EXPECT_GE(ticks.load(), 20);
+  EXPECT_LE(most, 64) << "iterations of 200 us between two ticks: the budget is not bounded in time";
+}
+
+}  // namespace

@@ -42,6 +42,7 @@
 #include <exception>
 
 #include "spindle/core/atomic.hpp"
+#include "spindle/core/clock.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/task/cancellation.hpp"
 #include "spindle/task/task_host.hpp"
@@ -232,13 +233,33 @@ class spawned_task_base : public core::runnable {
 // registration delivers it before anything is taken. A frame destroyed during the yield
 // (shutdown) gives back what it took, as for a waiter woken with its result but never resumed.
 // Outside a spawned task (a coroutine resumed by hand) nothing changes: nothing yields.
+// The budget is bounded in time too: every `cooperative_time_check` units, on a runtime worker,
+// the coarse clock (one relaxed load, runtime_monitor.hpp) is compared with the time the task
+// was last run; past the runtime's service interval the budget is spent. A task whose awaits
+// complete at once but each follow real work (a sequential dispatcher running submissions)
+// thus yields after about a millisecond, not after 128 awaits of any length.
 inline constexpr std::uint32_t cooperative_budget = 128;
+inline constexpr std::uint32_t cooperative_time_check = 16;
 inline thread_local std::uint32_t cooperative_budget_left = cooperative_budget;
+inline thread_local std::uint64_t cooperative_slice_start_ns = 0;
+
+// Called when a task starts running (spawned_task_base::run_entry): a fresh budget.
+inline void refill_cooperative_budget() noexcept {
+  cooperative_budget_left = cooperative_budget;
+  const core::slice_clock& clock = core::current_slice_clock;
+  if (clock.now != nullptr) cooperative_slice_start_ns = clock.read();
+}
 
 // Consumes one unit; true when the budget is exhausted (the caller should yield now).
 inline bool consume_cooperative_budget() noexcept {
   if (cooperative_budget_left == 0) return true;
-  --cooperative_budget_left;
+  if ((--cooperative_budget_left % cooperative_time_check) == 0) [[unlikely]] {
+    const core::slice_clock& clock = core::current_slice_clock;
+    if (clock.now != nullptr && clock.read() - cooperative_slice_start_ns >= clock.length_ns) {
+      cooperative_budget_left = 0;
+      return true;
+    }
+  }
   return false;
 }
 
