@@ -253,8 +253,9 @@ bool republish(fork_thread_state* state, delegated_work* work) noexcept {
   mask_pings(state);  // publish is owner-only: a ping must not publish in between
   const std::uint32_t slot = self.offers().publish(work);
   unmask_pings(state);
+  // (work->slot keeps the owner's old slot: only the owner's withdraw reads it, and the owner
+  // tried that before this piece was ever taken; writing it here would race with that read.)
   if (slot == core::offer_board::no_slot) return false;
-  work->slot = slot;
   // Our loop takes it back after the work waiting there; an idle executor may take it first.
   self.core().notify_work_available(pick_idle_executor(state));
   return true;

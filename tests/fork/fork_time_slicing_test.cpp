@@ -25,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <ranges>
 #include <string>
@@ -200,6 +201,35 @@ INSTANTIATE_TEST_SUITE_P(Runtime, ForkTimeSlicing, ::testing::Values(false, true
                            return info.param ? std::string("AfterFineGrained")
                                              : std::string("Fresh");
                          });
+
+// Pings land between any two instructions of the owner (pushes, pops, claims, its own heartbeat):
+// with the monitor ticking every 25 us and every fork a heartbeat, many of them interrupt forks
+// and loop blocks of fine-grained computations, whose results stay exact and whose promotions
+// all settle (B1: each one withdrawn by its owner or run by exactly one delegate).
+TEST(ForkPings, PingsAmidFineGrainedComputationsKeepResultsExact) {
+  const spindle::fork_counters before = spindle::fork_statistics();
+  spindle::runtime rt({.workers = 2,
+                       .service_interval = std::chrono::microseconds(100),
+                       .long_runnable_after = std::chrono::microseconds(100),
+                       .fork_quantum = std::chrono::nanoseconds(0)});
+  std::uint64_t pings = 0;
+  for (int round = 0; round < 20 && pings < 200; ++round) {
+    EXPECT_EQ(spindle::run_on(rt, [] { return fib_fork(22); }), 17711u);
+    const long sum = spindle::run_on(rt, [] {
+      return spindle::parallel_reduce(std::views::iota(0L, 200'000L), 0L,
+                                      [](long i) { return i; }, std::plus<long>{});
+    });
+    EXPECT_EQ(sum, 200'000L * 199'999L / 2);
+    pings = rt.core().executor_at(0).stats().pings.load() +
+            rt.core().executor_at(1).stats().pings.load();
+  }
+  rt.shutdown();
+  const spindle::fork_counters after = spindle::fork_statistics();
+  EXPECT_EQ(after.promoted - before.promoted,
+            (after.withdrawn - before.withdrawn) + (after.delegated - before.delegated));
+  EXPECT_GT(pings, 0u) << "no ping landed: the test did not exercise what it is about";
+  std::printf("[          ] %lu pings taken\n", static_cast<unsigned long>(pings));
+}
 
 // --- I/O completions during a computation, on both backends --------------------------------
 
