@@ -455,8 +455,8 @@ void executor::run_loop() noexcept {
     if (r == nullptr && core_.long_runnables_.load(std::memory_order_relaxed) != 0) {
       r = rescue_others();
     }
-    // Fork-join work this executor re-offered when it ended a piece early (has_waiting_work):
-    // after the work it made way for, before other executors' work.
+    // 7b: fork-join work this executor re-offered when it ended a piece early
+    // (has_waiting_work): after the work it made way for, before other executors' work.
     if (r == nullptr) r = offers_.take();
     if (r == nullptr) r = search();
     if (r != nullptr) {

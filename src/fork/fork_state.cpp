@@ -26,6 +26,7 @@ void bump(std::atomic<std::uint64_t>& counter) noexcept {
 // keep the spacing within a factor of two of it.
 constexpr std::uint64_t checks_per_quantum = 4;
 constexpr std::int64_t max_interval = std::int64_t(1) << 20;
+constexpr std::uint64_t max_shrink = 16;
 // Spacing of clock checks when the quantum is zero (tests): every tick is a heartbeat.
 constexpr std::uint64_t min_check_ns = 1'000;
 
@@ -184,7 +185,8 @@ void begin_computation(fork_thread_state* state, bool recalibrate) noexcept {
   // old: the delay includes one, so back-to-back tiny computations are not pinged (a check in
   // the computation moves the request to its own precise time).
   core::executor& self = *state->executor;
-  self.request_ping(self.core().coarse_now_ns() + state->start_ping_delay_ns);
+  core::runtime_core& core = self.core();
+  if (core.executor_count() > 1) self.request_ping(core.coarse_now_ns() + state->start_ping_delay_ns);
 }
 
 void on_countdown(fork_thread_state* state) noexcept {
@@ -202,9 +204,13 @@ void on_countdown(fork_thread_state* state) noexcept {
     if (elapsed < target / 2 && state->interval < max_interval) {
       state->interval *= 2;
     } else if (elapsed > target * 2 && state->interval > 1) {
-      // Late: shrink in proportion at once (a coarse computation after a fine one, or a ping).
-      const std::uint64_t scaled = std::uint64_t(state->interval) * target / elapsed;
-      state->interval = scaled > 0 ? std::int64_t(scaled) : 1;
+      // Late: shrink in proportion (a coarse computation after a fine one, or a ping), by at most
+      // max_shrink per check: a thread the kernel descheduled also comes late, and its ticks did
+      // not get slower (2^20 comes down to 1 in five checks).
+      std::uint64_t factor = elapsed / target;
+      if (factor > max_shrink) factor = max_shrink;
+      const std::int64_t shrunk = state->interval / std::int64_t(factor);
+      state->interval = shrunk > 0 ? shrunk : 1;
     }
   }
   state->last_check_ns = now;
@@ -214,8 +220,10 @@ void on_countdown(fork_thread_state* state) noexcept {
   const bool beat = heartbeat_due(state, now);
   latent_frame** top = state->top.load(std::memory_order_relaxed);  // relaxed: our own store
   const std::uint32_t promoted = beat ? promote_frames(state, top).published : 0;
-  // A leaf that runs past two quanta from here without another check is pinged.
-  self.request_ping(top != state->frames ? now + state->ping_delay_ns : 0);
+  // A leaf that runs past two quanta from here without another check is pinged (when there is
+  // another executor to take what a ping would offer).
+  const bool pings_useful = top != state->frames && self.core().executor_count() > 1;
+  self.request_ping(pings_useful ? now + state->ping_delay_ns : 0);
   unmask_pings(state);
   if (!beat) return;
   core::runtime_core& core = self.core();

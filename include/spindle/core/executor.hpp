@@ -26,6 +26,8 @@
 //   6. the injector: own shard, in a batch;
 //   7. rescue: due timers and queued work of executors stuck in a long runnable (the monitor,
 //      runtime_monitor.hpp, flags them);
+//   7b. its own offer board: fork-join work it re-offered when a loop piece ended its slice to
+//      make way for the work above (fork_state.hpp, "Slices"); before other executors' work;
 //   8. stealing (bounded number of concurrent searchers, random victims; first one item from
 //      the victims' offer boards, then half of a local queue, all of it from an executor in a
 //      long runnable; exponential backoff between rounds; when executors are bound to a
