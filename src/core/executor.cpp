@@ -75,11 +75,19 @@ void executor::on_ping_signal(int signal_number, siginfo_t* info, void* context)
   errno = saved_errno;
 }
 
-bool executor::ping_if_due(std::uint64_t now, int signal_number) noexcept {
-  // relaxed: samples; a ping sent just after the owner cancelled its request finds the handler
-  // with nothing to do (or, once the worker parked, a spurious wake-up its wait tolerates).
+bool executor::ping_if_due(std::uint64_t now, std::uint64_t inside_ns, int signal_number) noexcept {
+  // relaxed: samples; a ping sent just after the owner withdrew its request or returned from
+  // its runnable finds the handler with nothing to do (or, once the worker parked, a spurious
+  // wake-up its wait tolerates).
+  if (ping_handler_.load(std::memory_order_relaxed) == nullptr) return false;
   const std::uint64_t deadline = ping_deadline_ns_.load(std::memory_order_relaxed);
-  if (deadline == 0 || now < deadline) return false;
+  if (deadline != 0) {
+    if (now < deadline) return false;
+  } else if (inside_ns < core_.service_interval_ns() / 2 ||
+             ping_declined_at_.load(std::memory_order_relaxed) ==
+                 progress_.load(std::memory_order_relaxed)) {
+    return false;
+  }
   if (awake_since_ns_.load(std::memory_order_relaxed) == 0) return false;  // parked
   std::lock_guard lock(ping_mutex_);
   if (!pingable_) return false;  // not started, or left its loop: the thread may be gone

@@ -102,18 +102,21 @@ void runtime_monitor::send_pings(std::uint32_t count, std::uint64_t now) noexcep
   bool pinged = false;
   if (signal_number != 0) {
     for (std::uint32_t i = 0; i < count; ++i) {
-      pinged |= core_.executor_at(i).ping_if_due(now, signal_number);
+      pinged |= core_.executor_at(i).ping_if_due(now, now - views_[i].progress_since_ns,
+                                                 signal_number);
     }
   }
   if (pinged) {
     // A ping handler may publish on its offer board but cannot wake anyone (signal context):
     // give the signals a moment to land (a running thread takes one within microseconds), so
-    // the wake-up below sees what they published instead of waiting a tick.
-    const std::uint64_t give_up = now + ping_acknowledgement_wait_ns;
-    for (std::uint32_t i = 0; i < count; ++i) {
-      executor& e = core_.executor_at(i);
-      while (!e.ping_taken() && monotonic_nanoseconds() < give_up) cpu_relax();
+    // the wake-up below sees what they published instead of waiting a tick. Sleeping, not
+    // spinning: a pinged worker the kernel has descheduled takes its signal only when it runs
+    // again, and a spinning monitor would take the CPU it waits for.
+    bool all_taken = true;
+    for (std::uint32_t i = 0; i < count && all_taken; ++i) {
+      all_taken = core_.executor_at(i).ping_taken();
     }
+    if (!all_taken) std::this_thread::sleep_for(std::chrono::nanoseconds(ping_acknowledgement_wait_ns));
   }
   // Work on an offer board while an executor is parked: published in signal context (above, or
   // by a handler that ran late), or by a notifier whose wake-up found someone searching who then

@@ -130,7 +130,10 @@ void on_ping(void* context) noexcept {
   std::atomic_signal_fence(std::memory_order_acquire);
   core::executor& self = *state->executor;
   if (top == state->frames) {
-    self.request_ping(0);  // between computations: nothing to offer
+    // Between computations (or in a runnable that never forked): nothing to offer, now or until
+    // this runnable forks, and then its clock checks request pings.
+    self.request_ping(0);
+    self.decline_pings();
     return;
   }
   // clock_gettime is async-signal-safe (POSIX); here the vDSO, no system call.
@@ -139,9 +142,13 @@ void on_ping(void* context) noexcept {
   // No clock check for two quanta: the countdown is too long for these ticks. Check at the next
   // fork or block (relaxed: see count_down).
   state->countdown.store(1, std::memory_order_relaxed);
-  // Nothing latent left: no more pings until that check, which requests one again if the owner
-  // pushed new frames by then.
-  self.request_ping(promote_frames(state, top).latent_left ? now + state->ping_delay_ns : 0);
+  // Nothing latent left: no more pings until that check, which requests one again.
+  if (promote_frames(state, top).latent_left) {
+    self.request_ping(now + state->ping_delay_ns);
+  } else {
+    self.request_ping(0);
+    self.decline_pings();
+  }
 }
 
 }  // namespace
@@ -159,8 +166,6 @@ fork_thread_state* attach_thread() noexcept {
   state.executor = executor;
   state.quantum_ns = std::uint64_t(executor->core().options().fork_quantum.count());
   state.ping_delay_ns = 2 * state.quantum_ns;
-  state.start_ping_delay_ns =
-      state.ping_delay_ns + executor->core().service_interval_ns() / 4;  // a monitor tick
   state.countdown.store(1, std::memory_order_relaxed);  // relaxed: no handler yet
   state.interval = 1;
   state.last_check_ns = 0;
@@ -173,20 +178,12 @@ fork_thread_state* attach_thread() noexcept {
   return &state;
 }
 
-void begin_computation(fork_thread_state* state, bool recalibrate) noexcept {
-  if (recalibrate) {
-    // Check the clock after the first element, and let the interval grow from 1 again (doubling
-    // per check, about 20 checks up to the largest interval).
-    state->countdown.store(1, std::memory_order_relaxed);  // relaxed: see count_down
-    state->interval = 1;
-    state->last_check_ns = 0;
-  }
-  // A leaf that never reaches a clock check is pinged. The coarse clock may be a monitor tick
-  // old: the delay includes one, so back-to-back tiny computations are not pinged (a check in
-  // the computation moves the request to its own precise time).
-  core::executor& self = *state->executor;
-  core::runtime_core& core = self.core();
-  if (core.executor_count() > 1) self.request_ping(core.coarse_now_ns() + state->start_ping_delay_ns);
+void begin_loop_computation(fork_thread_state* state) noexcept {
+  // Check the clock before the first element runs (the block claimed first is one element) and
+  // let the interval grow from 1 again (doubling per check, about 20 checks up to the largest).
+  state->countdown.store(1, std::memory_order_relaxed);  // relaxed: see count_down
+  state->interval = 1;
+  state->last_check_ns = 0;
 }
 
 void on_countdown(fork_thread_state* state) noexcept {

@@ -44,10 +44,12 @@
 // piece of its work early when has_waiting_work() says the loop has something else to run.
 //
 // Pings (runtime_monitor.hpp, step 4): a layer whose runnables can run long without reaching a
-// point where it looks at the clock (fork-join leaves) installs a ping handler on its worker
-// and requests a ping for a deadline. Once the deadline has passed while the worker is awake,
-// the monitor sends the worker `runtime_options::ping_signal`, and the process-wide handler of
-// that signal calls the ping handler on the worker's own thread, in signal context. The
+// point where it looks at the clock (fork-join leaves) installs a ping handler on its worker.
+// The monitor pings an awake worker with a handler when the deadline the layer requested has
+// passed, or, without a request, when the worker has been inside one runnable for half a
+// service interval and its handler has not declined pings for that runnable. A ping is
+// `runtime_options::ping_signal`; the process-wide handler of that signal calls the ping
+// handler on the worker's own thread, in signal context. The
 // handler interrupts the owner anywhere, so it may only touch what the layer keeps consistent
 // for it (lock-free atomics; plain data ordered with std::atomic_signal_fence) and must not
 // lock, allocate or call into the runtime: it may publish on its own offer board (atomic
@@ -188,11 +190,17 @@ class executor {
     ping_handler_.store(handler, std::memory_order_relaxed);  // relaxed: read on this thread
   }
   // Owner thread, also from the ping handler: ping this worker once the monotonic clock has
-  // passed `deadline_ns` (monotonic_nanoseconds()); 0 cancels. The monitor looks at each tick,
-  // so a ping comes up to one tick (service_interval / 4) after the deadline.
+  // passed `deadline_ns` (monotonic_nanoseconds()); 0 withdraws the request (the rule for
+  // runnables without one applies again). The monitor looks at each tick, so a ping comes up to
+  // one tick (service_interval / 4) after the deadline.
   void request_ping(std::uint64_t deadline_ns) noexcept {
     // relaxed: a request the monitor samples each tick; nothing else is published with it.
     ping_deadline_ns_.store(deadline_ns, std::memory_order_relaxed);
+  }
+  // From the ping handler: no ping without a request until the runnable running now returns.
+  void decline_pings() noexcept {
+    // relaxed: samples for the monitor; progress_ is this thread's own.
+    ping_declined_at_.store(progress_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
   // Process-wide entry of the ping signal (installed by runtime_core::start): calls the handler
   // of the executor running on this thread if the monitor pinged it, else the signal's previous
@@ -210,8 +218,9 @@ class executor {
   friend class runtime_monitor;
   // Worker thread, before its loop: binds to the placement's CPU when there is one.
   void bind_thread() noexcept;
-  // Monitor: sends the ping signal if a ping is due (deadline passed, awake); true if sent.
-  bool ping_if_due(std::uint64_t now, int signal_number) noexcept;
+  // Monitor: sends the ping signal if a ping is due (see "Pings"; `inside_ns`: how long the
+  // monitor has seen the worker inside its current runnable); true if sent.
+  bool ping_if_due(std::uint64_t now, std::uint64_t inside_ns, int signal_number) noexcept;
   // Monitor: whether the worker has taken the last ping (its handler ran).
   bool ping_taken() const noexcept { return !ping_pending_.load(std::memory_order_relaxed); }
   runnable* next_runnable() noexcept;
@@ -258,6 +267,7 @@ class executor {
   // sets it before each signal, the signal handler on the owner thread clears it (so the
   // handler knows the signal was a ping, and the monitor when it was taken).
   std::atomic<std::uint64_t> ping_deadline_ns_{0};
+  std::atomic<std::uint64_t> ping_declined_at_{~std::uint64_t(0)};  // progress_ when declined
   std::atomic<bool> ping_pending_{false};
   // Owner-only (the handler runs on the owner thread).
   std::atomic<ping_handler> ping_handler_{nullptr};

@@ -33,10 +33,11 @@
 //      spawn_on) and completions of its io_uring ring (single issuer). They wait until it returns
 //      to its loop, or reaches a service point (executor::service_point, e.g. fork-join
 //      heartbeats, the cooperative budget's yields).
-//   4. pings (executor.hpp, "pings"): an awake executor whose requested ping deadline has
-//      passed gets `runtime_options::ping_signal` (pthread_kill under the executor's ping
-//      mutex); the monitor waits up to 20 µs for the pinged workers to take their signals, then,
-//      if any offer board holds work, wakes a parked executor (a ping handler publishes work
+//   4. pings (executor.hpp, "pings"): an awake executor with a ping handler whose requested
+//      ping deadline has passed, or that has no request and has been inside one runnable for
+//      half a service interval (unless its handler declined), gets `runtime_options::ping_signal`
+//      (pthread_kill under the executor's ping mutex); the monitor sleeps 20 µs (more with timer slack) unless the pinged workers took
+//      their signals at once, then, if any offer board holds work, wakes a parked executor (a ping handler publishes work
 //      but cannot wake anyone from signal context). A ping the worker has not taken yet (the
 //      signal is pending) is simply sent again at the next tick; the kernel keeps one.
 // Idle: when no executor is awake the monitor sleeps until one wakes (executor::park notifies it;

@@ -163,7 +163,7 @@ auto fork_join(Left&& left, Right&& right)
   // relaxed: see above.
   fork_detail::fork_frame<right_function, right_type> frame(
       right, state->epoch.load(std::memory_order_relaxed));
-  fork_detail::push_frame<false>(state, slot, &frame);
+  fork_detail::push_frame(state, slot, &frame);
   if (fork_detail::count_down(state, 1)) [[unlikely]] fork_detail::on_countdown(state);
   try {
     left_value.fill(left);

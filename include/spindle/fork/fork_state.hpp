@@ -30,10 +30,12 @@
 // the computation runs.
 //
 // Pings: heartbeats without fork points. The owner may run a long leaf (a loop element, a branch
-// that does not fork) or unwind after its last fork, and count nothing. While a computation runs
-// the owner keeps a ping requested for two quanta after its last clock check; the runtime
-// monitor then interrupts it with a signal (executor.hpp, "pings"), and `on_ping` runs the same
-// promotion in signal context, on the owner's thread, between any two of its instructions. What
+// that does not fork) or unwind after its last fork, and count nothing. At each clock check the
+// owner requests a ping for two quanta later; the runtime monitor then interrupts it with a
+// signal (executor.hpp, "pings"), also when a runnable has run for half a service interval
+// without any request (a computation whose first act is a long leaf), and `on_ping` runs the same
+// promotion in signal context, on the owner's thread, between any two of its instructions. A ping
+// that finds no frame declines further unrequested pings for the running runnable. What
 // it touches is therefore shared with the interrupted owner as with another thread, except that
 // ordering needs only compiler fences (std::atomic_signal_fence):
 //   - `top`, the frames' `published`, the loop frames' `next`/`end`, `epoch`,
@@ -51,8 +53,8 @@
 // A promotion gives a loop frame's whole remainder away when only one element is left (the
 // owner is busy with the block it claimed, see parallel_loop.hpp). A ping sets the countdown to
 // 1 (no check came for two quanta: the countdown is too long), so the next fork or block
-// boundary checks the clock; when no latent frame is left the request is cancelled, and that
-// check requests again if new frames were pushed.
+// boundary checks the clock; when no latent frame is left the request is withdrawn and further
+// pings declined, and that check requests again.
 //
 // Slices: a delegate running a loop piece from its executor's loop (not nested in a wait) ends
 // its slice at a heartbeat once it has run for a service interval and its executor has other
@@ -137,8 +139,8 @@ struct fork_thread_state {
   // The frame stack: [frames, top) are registered, top == limit means full. All null on a thread
   // that is not a worker (every fork runs serially). Pointers rather than indices: a fork's
   // push and pop are then two stores with nothing to compute.
+  std::atomic<latent_frame**> top{nullptr};  // first: its address is the state's own
   latent_frame** frames = nullptr;
-  std::atomic<latent_frame**> top{nullptr};
   latent_frame** limit = nullptr;
   // Ticks (forks, loop elements) left before the next clock check (a ping may set it to 1).
   std::atomic<std::int64_t> countdown{std::int64_t(1) << 62};
@@ -151,7 +153,6 @@ struct fork_thread_state {
   std::uint64_t last_check_ns = 0;  // 0: no check yet in this computation
   std::uint64_t quantum_ns = 0;
   std::uint64_t ping_delay_ns = 0;  // a ping comes this long after the last clock check
-  std::uint64_t start_ping_delay_ns = 0;  // ... after a computation's start (coarse clock)
   std::uint32_t help_depth = 0;
   std::uint32_t random_state = 1;
   core::executor* executor = nullptr;
@@ -185,22 +186,19 @@ inline bool count_down(fork_thread_state* state, std::int64_t ticks) noexcept {
   return left <= 0;
 }
 
-// The first frame on an empty stack starts a computation: a ping is requested (a leaf that never
-// reaches a clock check is still offered); a loop also restarts the countdown and its interval
-// from 1 (`recalibrate`), since its first block is as long as the countdown.
-void begin_computation(fork_thread_state* state, bool recalibrate) noexcept;
+// A loop pushed on an empty frame stack starts a computation: the countdown and its interval
+// restart from 1, since its first block is as long as the countdown.
+void begin_loop_computation(fork_thread_state* state) noexcept;
 
 // Owner: registers `frame` in `slot` (== top, != limit).
-template <bool Recalibrate>
 inline void push_frame(fork_thread_state* state, latent_frame** slot, latent_frame* frame) noexcept {
   *slot = frame;
   // release (signal fence): the frame and its slot are written before a ping can see the top.
   std::atomic_signal_fence(std::memory_order_release);
   state->top.store(slot + 1, std::memory_order_relaxed);  // relaxed: see "Pings"
-  if (slot == state->frames) [[unlikely]] begin_computation(state, Recalibrate);
 }
-// Owner: unregisters the frame in `slot` (the top one). Afterwards `published` is final. (The
-// ping request outlives the computation: a ping that finds the stack empty cancels it.)
+// Owner: unregisters the frame in `slot` (the top one). Afterwards `published` is final. (A ping
+// request outlives the computation: a ping that finds the stack empty withdraws it.)
 inline void pop_frame(fork_thread_state* state, latent_frame** slot) noexcept {
   state->top.store(slot, std::memory_order_relaxed);  // relaxed: see "Pings"
   // seq_cst (signal fence): the pop is done before the owner reads the frame's `published`.

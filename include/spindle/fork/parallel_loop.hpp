@@ -146,7 +146,8 @@ Value loop_reduce(std::size_t first, std::size_t last, const Context& context,
     return accumulator;
   }
   loop_frame<Value, Context> frame(first, last, &context, epoch);
-  push_frame<true>(state, slot, &frame);
+  push_frame(state, slot, &frame);
+  if (slot == state->frames) [[unlikely]] begin_loop_computation(state);
   // relaxed below: `next` and `end` are shared with this thread's ping handler only.
   try {
     for (;;) {
