@@ -7,7 +7,8 @@
 // returning a reference yields the reference. Move-only results are fine.
 // Where it runs:
 //   - on a worker of a runtime (inside a task, or inside another fork_join): left inline, right
-//     latent; a heartbeat may hand the right branch to another worker. The call is synchronous:
+//     latent; a heartbeat, or a ping while the left branch runs a leaf that never forks, may hand
+//     the right branch to another worker. The call is synchronous:
 //     a task calling it occupies its worker until both branches are done (the worker helps with
 //     other fork-join work while it waits for a stolen branch).
 //   - on any other thread: fork_join(rt, left, right) runs the pair on `rt` and blocks the
