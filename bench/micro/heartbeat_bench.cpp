@@ -194,8 +194,8 @@ struct frame {
 
 // The frame stack as spindle kept it before pings: plain stores.
 struct plain_stack {
-  frame* slots[64];
   frame** top = slots;
+  frame* slots[64];
   std::uint64_t epoch = 2;
   frame** push(frame* f) {
     frame** slot = top;
@@ -209,8 +209,8 @@ struct plain_stack {
 
 // ... and with pings: a handler on the same thread may read it between any two instructions.
 struct signal_safe_stack {
+  std::atomic<frame**> top{slots};  // first, as in fork_thread_state
   frame* slots[64];
-  std::atomic<frame**> top{slots};
   std::atomic<std::uint64_t> epoch{2};
   frame** push(frame* f) {
     frame** slot = top.load(std::memory_order_relaxed);
