@@ -2,17 +2,98 @@
 // docs/design/executor-loop.md; parking: runtime_core.hpp and docs/design/parking.md.
 #include "spindle/core/executor.hpp"
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 
+#include "spindle/core/errors.hpp"
 #include "spindle/core/runtime_core.hpp"
 
 namespace spindle::core {
 namespace {
 
-thread_local executor* current_executor = nullptr;
+// constinit: read from the ping signal handler, which must not run a TLS initialiser.
+thread_local constinit executor* current_executor = nullptr;
+
+// The ping signal's dispositions before spindle installed its handler, per signal number
+// (written under ping_install_mutex before the handler is installed, read-only afterwards).
+std::mutex ping_install_mutex;
+struct previous_disposition {
+  bool installed = false;
+  struct sigaction action {};
+};
+previous_disposition previous_dispositions[NSIG];
 
 }  // namespace
+
+void executor::install_ping_signal(int signal_number) {
+  if (signal_number <= 0 || signal_number >= NSIG) {
+    throw usage_error("spindle: ping_signal is not a signal number");
+  }
+  std::lock_guard lock(ping_install_mutex);
+  previous_disposition& previous = previous_dispositions[signal_number];
+  if (previous.installed) return;
+  struct sigaction action {};
+  action.sa_sigaction = &executor::on_ping_signal;
+  sigemptyset(&action.sa_mask);
+  // SA_RESTART: a system call the ping interrupts is restarted where the kernel allows it (reads,
+  // writes, futex waits); the ones it never restarts (epoll_wait, nanosleep, poll, io_uring_enter
+  // with a timeout) return EINTR, which spindle's own waits treat as a spurious wake-up.
+  // SA_ONSTACK: runs on an alternate stack if the thread has one (Go-style hosts require it).
+  action.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  if (sigaction(signal_number, &action, &previous.action) != 0) {
+    throw usage_error("spindle: ping_signal refused by sigaction");
+  }
+  previous.installed = true;
+}
+
+void executor::on_ping_signal(int signal_number, siginfo_t* info, void* context) noexcept {
+  const int saved_errno = errno;  // the interrupted code may be between a call and its errno
+  executor* self = current_executor;
+  // relaxed exchange: a lock-free RMW, signal-safe; it only tells whether the monitor meant
+  // this signal (set before its pthread_kill) and tells the monitor the ping was taken.
+  if (self != nullptr && self->ping_pending_.exchange(false, std::memory_order_relaxed)) {
+    if (ping_handler handler = self->ping_handler_.load(std::memory_order_relaxed)) {
+      std::atomic_signal_fence(std::memory_order_acquire);  // the context after the handler
+      handler(self->ping_context_);
+      // relaxed: single writer (this thread); a statistic.
+      self->stats_.pings.store(self->stats_.pings.load(std::memory_order_relaxed) + 1,
+                               std::memory_order_relaxed);
+    }
+  } else if (signal_number > 0 && signal_number < NSIG) {
+    // Not a ping: the disposition the program had before (a function), if any; SIG_DFL and
+    // SIG_IGN are ignored (the default of SIGURG, the default signal, is to ignore it).
+    const struct sigaction& previous = previous_dispositions[signal_number].action;
+    if ((previous.sa_flags & SA_SIGINFO) != 0) {
+      if (previous.sa_sigaction != nullptr) previous.sa_sigaction(signal_number, info, context);
+    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN &&
+               previous.sa_handler != nullptr) {
+      previous.sa_handler(signal_number);
+    }
+  }
+  errno = saved_errno;
+}
+
+bool executor::ping_if_due(std::uint64_t now, std::uint64_t inside_ns, int signal_number) noexcept {
+  // relaxed: samples; a ping sent just after the owner withdrew its request or returned from
+  // its runnable finds the handler with nothing to do (or, once the worker parked, a spurious
+  // wake-up its wait tolerates).
+  if (ping_handler_.load(std::memory_order_relaxed) == nullptr) return false;
+  const std::uint64_t deadline = ping_deadline_ns_.load(std::memory_order_relaxed);
+  if (deadline != 0) {
+    if (now < deadline) return false;
+  } else if (inside_ns < core_.service_interval_ns() / 2 ||
+             ping_declined_at_.load(std::memory_order_relaxed) ==
+                 progress_.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  if (awake_since_ns_.load(std::memory_order_relaxed) == 0) return false;  // parked
+  std::lock_guard lock(ping_mutex_);
+  if (!pingable_) return false;  // not started, or left its loop: the thread may be gone
+  ping_pending_.store(true, std::memory_order_relaxed);  // relaxed: see on_ping_signal
+  return pthread_kill(thread_, signal_number) == 0;
+}
 
 executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& clock,
                    executor_placement placement)
@@ -273,6 +354,22 @@ void executor::service_point() noexcept {
   if (!local_.empty()) core_.notify_work_available();
 }
 
+bool executor::has_waiting_work() const noexcept {
+  if (!mailbox_.empty() || !inbox_.empty() || inbox_backlog_ != nullptr || !local_.empty() ||
+      !pinned_yielded_.empty() || core_.global_injector().size(index_) != 0) {
+    return true;
+  }
+  // relaxed: a hint maintained by the monitor, as in service().
+  if (core_.long_runnables_.load(std::memory_order_relaxed) == 0) return false;
+  const std::uint32_t count = core_.executor_count();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (i == index_) continue;
+    const executor& other = core_.executor_at(i);
+    if (other.in_long_runnable() && other.has_rescuable_work()) return true;
+  }
+  return false;
+}
+
 void executor::fire_timers() noexcept {
   if (timers_.size() == 0) return;
   if (const std::size_t fired = timers_.fire_due()) {
@@ -349,6 +446,16 @@ void executor::park() noexcept {
 void executor::run_loop() noexcept {
   current_executor = this;
   reactor_->attach_owner();
+  if (const int signal_number = core_.options().ping_signal; signal_number != 0) {
+    // The worker inherited its creator's signal mask; the ping signal is ours to take.
+    sigset_t ping;
+    sigemptyset(&ping);
+    sigaddset(&ping, signal_number);
+    pthread_sigmask(SIG_UNBLOCK, &ping, nullptr);
+    std::lock_guard lock(ping_mutex_);
+    thread_ = pthread_self();
+    pingable_ = true;
+  }
   awake_since_owner_ns_ = monotonic_nanoseconds();
   awake_since_ns_.store(awake_since_owner_ns_, std::memory_order_relaxed);  // relaxed: sample
   last_service_ns_ = core_.coarse_now_ns();
@@ -359,6 +466,9 @@ void executor::run_loop() noexcept {
     if (r == nullptr && core_.long_runnables_.load(std::memory_order_relaxed) != 0) {
       r = rescue_others();
     }
+    // 7b: fork-join work this executor re-offered when it ended a piece early
+    // (has_waiting_work): after the work it made way for, before other executors' work.
+    if (r == nullptr) r = offers_.take();
     if (r == nullptr) r = search();
     if (r != nullptr) {
       run_one(r);
@@ -372,6 +482,12 @@ void executor::run_loop() noexcept {
     is_searching_ = false;
     core_.transition_from_searching();
   }
+  {
+    // No ping after this: the monitor holds the mutex across pthread_kill.
+    std::lock_guard lock(ping_mutex_);
+    pingable_ = false;
+  }
+  request_ping(0);
   reactor_->drain();  // shutdown step 4 (runtime_core.hpp), on the reactor's owner thread
   current_executor = nullptr;
   current_slice_clock = slice_clock{};

@@ -37,6 +37,10 @@ runtime_options validated(runtime_options options) {
   if (options.long_runnable_after < options.service_interval) {
     throw usage_error("spindle: long_runnable_after must be at least the service interval");
   }
+  if (options.ping_signal < 0 || options.ping_signal >= NSIG || options.ping_signal == SIGKILL ||
+      options.ping_signal == SIGSTOP) {
+    throw usage_error("spindle: ping_signal must be 0 or a signal a handler can catch");
+  }
   if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
     throw usage_error("spindle: fairness intervals must be at least 1");
   }
@@ -83,6 +87,7 @@ runtime_core::~runtime_core() {
 void runtime_core::start(std::shared_ptr<runtime_core> self) {
   self_ = self;
   clock_->subscribe(this, [this] { unpark_all(); });
+  if (options_.ping_signal != 0) executor::install_ping_signal(options_.ping_signal);
   for (std::uint32_t i = 0; i < options_.workers; ++i) append_executor();
   monitor_->start();
 }

@@ -20,6 +20,8 @@ constexpr std::uint64_t idle_after_ns = 20'000'000;
 // Utilisation: shortest sampling window and the moving average's time constant (load.md).
 constexpr std::uint64_t utilisation_window_ns = 1'000'000;
 constexpr std::uint64_t utilisation_time_constant_ns = 4'000'000;
+// How long the monitor waits at most for pinged workers to take their signal.
+constexpr std::uint64_t ping_acknowledgement_wait_ns = 20'000;
 
 }  // namespace
 
@@ -101,6 +103,39 @@ void runtime_monitor::tick(std::uint64_t now) noexcept {
   for (std::uint32_t i = 0; i < count; ++i) {
     sample_utilisation(i, now);
     watch_progress(i, now);
+  }
+  send_pings(count, now);
+}
+
+void runtime_monitor::send_pings(std::uint32_t count, std::uint64_t now) noexcept {
+  const int signal_number = core_.options().ping_signal;
+  bool pinged = false;
+  if (signal_number != 0) {
+    for (std::uint32_t i = 0; i < count; ++i) {
+      pinged |= core_.executor_at(i).ping_if_due(now, now - views_[i].progress_since_ns,
+                                                 signal_number);
+    }
+  }
+  if (pinged) {
+    // A ping handler may publish on its offer board but cannot wake anyone (signal context):
+    // give the signals a moment to land (a running thread takes one within microseconds), so
+    // the wake-up below sees what they published instead of waiting a tick. Sleeping, not
+    // spinning: a pinged worker the kernel has descheduled takes its signal only when it runs
+    // again, and a spinning monitor would take the CPU it waits for.
+    bool all_taken = true;
+    for (std::uint32_t i = 0; i < count && all_taken; ++i) {
+      all_taken = core_.executor_at(i).ping_taken();
+    }
+    if (!all_taken) std::this_thread::sleep_for(std::chrono::nanoseconds(ping_acknowledgement_wait_ns));
+  }
+  // Work on an offer board while an executor is parked: published in signal context (above, or
+  // by a handler that ran late), or by a notifier whose wake-up found someone searching who then
+  // parked. Wake one; notify_work_available does nothing while someone searches or none parks.
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (core_.executor_at(i).offers().maybe_occupied()) {
+      core_.notify_work_available();
+      break;
+    }
   }
 }
 

@@ -26,6 +26,7 @@ void bump(std::atomic<std::uint64_t>& counter) noexcept {
 // keep the spacing within a factor of two of it.
 constexpr std::uint64_t checks_per_quantum = 4;
 constexpr std::int64_t max_interval = std::int64_t(1) << 20;
+constexpr std::uint64_t max_shrink = 16;
 // Spacing of clock checks when the quantum is zero (tests): every tick is a heartbeat.
 constexpr std::uint64_t min_check_ns = 1'000;
 
@@ -67,30 +68,86 @@ std::uint32_t pick_idle_executor(fork_thread_state* state) noexcept {
   return load(a) <= load(b) ? a : b;
 }
 
-void heartbeat(fork_thread_state* state, std::uint64_t now) noexcept {
-  state->next_heartbeat_ns = now + state->quantum_ns;
-  ++state->epoch;
-  bump(counters.heartbeats);
+struct promotion {
+  std::uint32_t published = 0;
+  bool latent_left = false;  // a latent frame is still registered (a later ping may offer it)
+};
+
+// Promotes eligible frames of [frames, top) onto the board (the heartbeat's scan). Called by the
+// owner with pings masked, or by the ping handler: plain stores and atomic operations only.
+promotion promote_frames(fork_thread_state* state, latent_frame** top) noexcept {
+  promotion result;
   core::executor& self = *state->executor;
   core::runtime_core& core = self.core();
   const std::uint32_t executors = core.executor_count();
-  if (executors < 2) return;  // nobody could take it
-  std::uint32_t promoted = 0;
-  for (latent_frame** slot = state->frames; slot != state->top; ++slot) {
+  if (executors < 2) return result;  // nobody could take it
+  const std::uint64_t epoch = state->epoch.load(std::memory_order_relaxed);  // relaxed: "Pings"
+  for (latent_frame** slot = state->frames; slot != top; ++slot) {
     latent_frame* frame = *slot;
-    // Eligible: still latent and pushed before the previous heartbeat (a whole quantum ago).
-    if (frame->published != nullptr || frame->epoch + 2 > state->epoch) continue;
-    if (!self.offers().has_room()) break;
+    // relaxed: only this thread writes it (see "Pings").
+    if (frame->published.load(std::memory_order_relaxed) != nullptr) continue;
+    // Eligible: pushed before the previous heartbeat (latent for a whole quantum).
+    if (frame->epoch + 2 > epoch) {
+      result.latent_left = true;
+      continue;
+    }
+    // A second one only when some executor is parked and could take it (seed: two per theft).
+    if (result.published == 2 || (result.published == 1 && core.unparked_count() >= executors) ||
+        !self.offers().has_room()) {
+      result.latent_left = true;
+      break;
+    }
     delegated_work* work = frame->promote(frame);
     if (work == nullptr) continue;
     work->owner_parker = &self.parker();
     work->slot = self.offers().publish(work);  // has_room: cannot fail (only we fill slots)
-    frame->published = work;
+    // release (signal fence): the work's fields before `published` (read by the owner).
+    std::atomic_signal_fence(std::memory_order_release);
+    frame->published.store(work, std::memory_order_relaxed);  // relaxed: see "Pings"
     bump(counters.promoted);
-    // The board's release store is not a seq_cst RMW: fenced notify (parking.md).
-    core.notify_work_available(pick_idle_executor(state));
-    // A second one only when some executor is parked and could take it (seed: two per theft).
-    if (++promoted == 2 || core.unparked_count() >= executors) break;
+    ++result.published;
+  }
+  return result;
+}
+
+// Starts a heartbeat if one is due: the next one a quantum later, the epoch moves on.
+bool heartbeat_due(fork_thread_state* state, std::uint64_t now) noexcept {
+  // relaxed: shared with this thread's ping handler only (see "Pings").
+  if (now < state->next_heartbeat_ns.load(std::memory_order_relaxed)) return false;
+  state->next_heartbeat_ns.store(now + state->quantum_ns, std::memory_order_relaxed);
+  state->epoch.store(state->epoch.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  bump(counters.heartbeats);
+  return true;
+}
+
+// The ping handler (signal context, on the owner's thread; see "Pings" in fork_state.hpp).
+void on_ping(void* context) noexcept {
+  auto* state = static_cast<fork_thread_state*>(context);
+  // relaxed: same thread; the owner's signal fences order it around its changes.
+  if (state->masked.load(std::memory_order_relaxed)) return;  // the monitor pings again
+  latent_frame** top = state->top.load(std::memory_order_relaxed);
+  // acquire (signal fence): the frames below `top` were written before it (push_frame).
+  std::atomic_signal_fence(std::memory_order_acquire);
+  core::executor& self = *state->executor;
+  if (top == state->frames) {
+    // Between computations (or in a runnable that never forked): nothing to offer, now or until
+    // this runnable forks, and then its clock checks request pings.
+    self.request_ping(0);
+    self.decline_pings();
+    return;
+  }
+  // clock_gettime is async-signal-safe (POSIX); here the vDSO, no system call.
+  const std::uint64_t now = core::monotonic_nanoseconds();
+  heartbeat_due(state, now);
+  // No clock check for two quanta: the countdown is too long for these ticks. Check at the next
+  // fork or block (relaxed: see count_down).
+  state->countdown.store(1, std::memory_order_relaxed);
+  // Nothing latent left: no more pings until that check, which requests one again.
+  if (promote_frames(state, top).latent_left) {
+    self.request_ping(now + state->ping_delay_ns);
+  } else {
+    self.request_ping(0);
+    self.decline_pings();
   }
 }
 
@@ -103,37 +160,110 @@ fork_thread_state* attach_thread() noexcept {
   if (executor == nullptr) return &serial_state;
   thread_owned_state = std::make_unique<owned_state>();
   fork_thread_state& state = thread_owned_state->state;
-  state.frames = state.top = thread_owned_state->frames;
+  state.frames = thread_owned_state->frames;
+  state.top.store(state.frames, std::memory_order_relaxed);  // relaxed: no handler yet
   state.limit = state.frames + frame_capacity;
   state.executor = executor;
   state.quantum_ns = std::uint64_t(executor->core().options().fork_quantum.count());
-  state.countdown = state.interval = 1;
-  state.last_check_ns = core::monotonic_nanoseconds();
-  state.next_heartbeat_ns = state.last_check_ns + state.quantum_ns;
+  state.ping_delay_ns = 2 * state.quantum_ns;
+  state.countdown.store(1, std::memory_order_relaxed);  // relaxed: no handler yet
+  state.interval = 1;
+  state.last_check_ns = 0;
+  state.next_heartbeat_ns.store(core::monotonic_nanoseconds() + state.quantum_ns,
+                                std::memory_order_relaxed);
   state.random_state = 0x9e3779b9u * (executor->index() + 1);
   current_state = &state;
+  // Last: from here on a ping may run on_ping with this state.
+  executor->set_ping_handler(&on_ping, &state);
   return &state;
+}
+
+void begin_loop_computation(fork_thread_state* state) noexcept {
+  // Check the clock before the first element runs (the block claimed first is one element) and
+  // let the interval grow from 1 again (doubling per check, about 20 checks up to the largest).
+  state->countdown.store(1, std::memory_order_relaxed);  // relaxed: see count_down
+  state->interval = 1;
+  state->last_check_ns = 0;
 }
 
 void on_countdown(fork_thread_state* state) noexcept {
   if (state->frames == nullptr) {  // serial: nothing to promote, just keep counting
-    state->countdown = std::int64_t(1) << 62;
+    state->countdown.store(std::int64_t(1) << 62, std::memory_order_relaxed);
     return;
   }
   const std::uint64_t now = core::monotonic_nanoseconds();
-  const std::uint64_t elapsed = now - state->last_check_ns;
-  state->last_check_ns = now;
   std::uint64_t target = state->quantum_ns / checks_per_quantum;
   if (target < min_check_ns) target = min_check_ns;
   if (state->quantum_ns == 0) {
     state->interval = 1;  // tests: every tick is a heartbeat
-  } else if (elapsed < target / 2 && state->interval < max_interval) {
-    state->interval *= 2;
-  } else if (elapsed > target * 2 && state->interval > 1) {
-    state->interval /= 2;
+  } else if (state->last_check_ns != 0) {
+    const std::uint64_t elapsed = now - state->last_check_ns;
+    if (elapsed < target / 2 && state->interval < max_interval) {
+      state->interval *= 2;
+    } else if (elapsed > target * 2 && state->interval > 1) {
+      // Late: shrink in proportion (a coarse computation after a fine one, or a ping), by at most
+      // max_shrink per check: a thread the kernel descheduled also comes late, and its ticks did
+      // not get slower (2^20 comes down to 1 in five checks).
+      std::uint64_t factor = elapsed / target;
+      if (factor > max_shrink) factor = max_shrink;
+      const std::int64_t shrunk = state->interval / std::int64_t(factor);
+      state->interval = shrunk > 0 ? shrunk : 1;
+    }
   }
-  state->countdown = state->interval;
-  if (now >= state->next_heartbeat_ns) heartbeat(state, now);
+  state->last_check_ns = now;
+  core::executor& self = *state->executor;
+  mask_pings(state);
+  state->countdown.store(state->interval, std::memory_order_relaxed);  // relaxed: count_down
+  const bool beat = heartbeat_due(state, now);
+  latent_frame** top = state->top.load(std::memory_order_relaxed);  // relaxed: our own store
+  const std::uint32_t promoted = beat ? promote_frames(state, top).published : 0;
+  // A leaf that runs past two quanta from here without another check is pinged (when there is
+  // another executor to take what a ping would offer).
+  const bool pings_useful = top != state->frames && self.core().executor_count() > 1;
+  self.request_ping(pings_useful ? now + state->ping_delay_ns : 0);
+  unmask_pings(state);
+  if (!beat) return;
+  core::runtime_core& core = self.core();
+  for (std::uint32_t i = 0; i < promoted; ++i) {
+    // The board's release store is not a seq_cst RMW: fenced notify (parking.md).
+    core.notify_work_available(pick_idle_executor(state));
+  }
+  // The heartbeat is a natural service point: fire due timers, deliver I/O completions, make
+  // what they woke available to idle executors (at most once per service interval). Safe here:
+  // the owner is between two forks or loop blocks of its own code and holds nothing of the
+  // runtime's; timer callbacks (sleep, with_timeout) and completion callbacks (io_wait) only
+  // mark a task woken and schedule it (push onto this executor's local queue, notify), they
+  // never run a task or user code inline (timer_wheel.hpp, reactor.hpp; reactor_uring.cpp's and
+  // reactor_epoll.cpp's reap loops only call io_operation::on_complete).
+  self.service_point();
+  // A loop piece run by a delegate ends its slice when the loop has other work waiting.
+  if (state->slice_allowed && !state->slice_over &&
+      now - state->slice_start_ns >= core.service_interval_ns() && self.has_waiting_work()) {
+    state->slice_over = true;
+  }
+}
+
+bool begin_slice(fork_thread_state* state) noexcept {
+  state->slice_over = false;
+  // From the executor's loop only: nested in a wait (help_depth > 0) or under frames of another
+  // computation, ending early would not return to the loop. relaxed: our own store.
+  state->slice_allowed = state->frames != nullptr && state->help_depth == 0 &&
+                         state->top.load(std::memory_order_relaxed) == state->frames;
+  if (state->slice_allowed) state->slice_start_ns = core::monotonic_nanoseconds();
+  return state->slice_allowed;
+}
+
+bool republish(fork_thread_state* state, delegated_work* work) noexcept {
+  core::executor& self = *state->executor;
+  mask_pings(state);  // publish is owner-only: a ping must not publish in between
+  const std::uint32_t slot = self.offers().publish(work);
+  unmask_pings(state);
+  // (work->slot keeps the owner's old slot: only the owner's withdraw reads it, and the owner
+  // tried that before this piece was ever taken; writing it here would race with that read.)
+  if (slot == core::offer_board::no_slot) return false;
+  // Our loop takes it back after the work waiting there; an idle executor may take it first.
+  self.core().notify_work_available(pick_idle_executor(state));
+  return true;
 }
 
 bool withdraw(fork_thread_state* state, delegated_work* work) noexcept {
@@ -181,6 +311,8 @@ void wait_for_merge(fork_thread_state* state, delegated_work* work) noexcept {
         continue;
       }
     }
+    // Waiting is a natural service point too (see on_countdown).
+    state->executor->service_point();
     if (++idle_rounds < spin_rounds_before_park) {
       for (int i = 0; i < 64; ++i) core::cpu_relax();
       continue;
@@ -191,12 +323,11 @@ void wait_for_merge(fork_thread_state* state, delegated_work* work) noexcept {
 }
 
 void begin_delegate(delegated_work* work) noexcept {
-  bump(counters.delegated);
   fork_thread_state* state = thread_state();
-  if (state->executor != nullptr) {
-    // relaxed: a hint for the owner's helping (see find_published_work).
-    work->thief.store(state->executor->index(), std::memory_order_relaxed);
-  }
+  const std::uint32_t thief = state->executor != nullptr ? state->executor->index() : no_thief;
+  // relaxed: a hint for the owner's helping (see find_published_work). A piece that ended a
+  // slice and runs again was delegated once: counted at its first run only.
+  if (work->thief.exchange(thief, std::memory_order_relaxed) == no_thief) bump(counters.delegated);
 }
 
 void finish_delegate(delegated_work* work) noexcept {

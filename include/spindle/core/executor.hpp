@@ -26,6 +26,8 @@
 //   6. a pinned runnable that yielded (no task work left here: the wheel goes on);
 //   7. rescue: due timers and queued work of executors stuck in a long runnable (the monitor,
 //      runtime_monitor.hpp, flags them);
+//   7b. its own offer board: fork-join work it re-offered when a loop piece ended its slice to
+//      make way for the work above (fork_state.hpp, "Slices"); before other executors' work;
 //   8. stealing (bounded number of concurrent searchers, random victims; first one item from
 //      the victims' offer boards, then half of a local queue, all of it from an executor in a
 //      long runnable; exponential backoff between rounds; when executors are bound to a
@@ -38,12 +40,31 @@
 // monitor's coarse clock: one relaxed load per runnable), the executor fires due timers, polls
 // its reactor (submits queued I/O in one batch, runs completions), rescues stuck executors'
 // timers, and owes a pinned yielded runnable a turn. Code that runs long inside one runnable
-// (fork-join) calls service_point() at its natural pauses for the same effect.
+// (fork-join) calls service_point() at its natural pauses for the same effect, and may end a
+// piece of its work early when has_waiting_work() says the loop has something else to run.
+//
+// Pings (runtime_monitor.hpp, step 4): a layer whose runnables can run long without reaching a
+// point where it looks at the clock (fork-join leaves) installs a ping handler on its worker.
+// The monitor pings an awake worker with a handler when the deadline the layer requested has
+// passed, or, without a request, when the worker has been inside one runnable for half a
+// service interval and its handler has not declined pings for that runnable. A ping is
+// `runtime_options::ping_signal`; the process-wide handler of that signal calls the ping
+// handler on the worker's own thread, in signal context. The
+// handler interrupts the owner anywhere, so it may only touch what the layer keeps consistent
+// for it (lock-free atomics; plain data ordered with std::atomic_signal_fence) and must not
+// lock, allocate or call into the runtime: it may publish on its own offer board (atomic
+// stores) and request the next ping; the monitor wakes an idle executor when a board holds
+// work after a ping. Pings are never sent while the worker is parked, nor after it left its
+// loop (`ping_mutex_` orders the monitor's pthread_kill against the worker's exit).
 #pragma once
+
+#include <pthread.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -71,6 +92,7 @@ struct executor_stats {
   std::atomic<std::uint64_t> timers_fired{0};
   std::atomic<std::uint64_t> services{0};           // services (timers, I/O, rescue)
   std::atomic<std::uint64_t> rescues{0};            // stuck executors' timers/work taken over
+  std::atomic<std::uint64_t> pings{0};              // pings delivered to the ping handler
   // Written by the runtime monitor (runtime_monitor.hpp), not by the executor:
   std::atomic<std::uint64_t> busy_nanoseconds{0};  // time spent not parked, as last sampled
   // Utilisation over the last sampling window, in parts per 65536 (see load.md):
@@ -153,6 +175,40 @@ class executor {
   // interval has passed since the last service, fires due timers, polls the reactor and makes
   // what that woke available to idle executors. Must not be called from reactor callbacks.
   void service_point() noexcept;
+  // Owner thread: whether the loop has something to run besides the runnable running now: a
+  // message, its inbox, its local queue, a pinned yielded runnable, its injector shard, or work
+  // it could rescue from an executor stuck in a long runnable. Code that can end a piece of
+  // work early and re-offer the rest (fork-join loop pieces) asks this at its service points.
+  bool has_waiting_work() const noexcept;
+
+  // Pings (see above). A handler runs in signal context on the owner thread.
+  using ping_handler = void (*)(void* context) noexcept;
+  // Owner thread: installs the handler of this worker (null removes it).
+  void set_ping_handler(ping_handler handler, void* context) noexcept {
+    ping_context_ = context;
+    std::atomic_signal_fence(std::memory_order_release);  // context before the handler
+    ping_handler_.store(handler, std::memory_order_relaxed);  // relaxed: read on this thread
+  }
+  // Owner thread, also from the ping handler: ping this worker once the monotonic clock has
+  // passed `deadline_ns` (monotonic_nanoseconds()); 0 withdraws the request (the rule for
+  // runnables without one applies again). The monitor looks at each tick, so a ping comes up to
+  // one tick (service_interval / 4) after the deadline.
+  void request_ping(std::uint64_t deadline_ns) noexcept {
+    // relaxed: a request the monitor samples each tick; nothing else is published with it.
+    ping_deadline_ns_.store(deadline_ns, std::memory_order_relaxed);
+  }
+  // From the ping handler: no ping without a request until the runnable running now returns.
+  void decline_pings() noexcept {
+    // relaxed: samples for the monitor; progress_ is this thread's own.
+    ping_declined_at_.store(progress_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  // Process-wide entry of the ping signal (installed by runtime_core::start): calls the handler
+  // of the executor running on this thread if the monitor pinged it, else the signal's previous
+  // disposition if that was a function.
+  static void on_ping_signal(int signal_number, siginfo_t* info, void* context) noexcept;
+  // Installs on_ping_signal for `signal_number` once per process (later calls with the same
+  // number do nothing); throws usage_error if sigaction refuses the number.
+  static void install_ping_signal(int signal_number);
 
   // Entry point of the worker thread.
   void run_loop() noexcept;
@@ -162,6 +218,11 @@ class executor {
   friend class runtime_monitor;
   // Worker thread, before its loop: binds to the placement's CPU when there is one.
   void bind_thread() noexcept;
+  // Monitor: sends the ping signal if a ping is due (see "Pings"; `inside_ns`: how long the
+  // monitor has seen the worker inside its current runnable); true if sent.
+  bool ping_if_due(std::uint64_t now, std::uint64_t inside_ns, int signal_number) noexcept;
+  // Monitor: whether the worker has taken the last ping (its handler ran).
+  bool ping_taken() const noexcept { return !ping_pending_.load(std::memory_order_relaxed); }
   runnable* next_runnable() noexcept;
   void poll_mailbox() noexcept;
   void finish_delivery(executor_message* message) noexcept;
@@ -202,6 +263,20 @@ class executor {
   std::atomic<std::uint64_t> busy_total_ns_{0};
   // Written by the monitor (see in_long_runnable()).
   std::atomic<bool> in_long_runnable_{false};
+  // Pings (see above). The deadline: owner writes, monitor reads. `ping_pending_`: the monitor
+  // sets it before each signal, the signal handler on the owner thread clears it (so the
+  // handler knows the signal was a ping, and the monitor when it was taken).
+  std::atomic<std::uint64_t> ping_deadline_ns_{0};
+  std::atomic<std::uint64_t> ping_declined_at_{~std::uint64_t(0)};  // progress_ when declined
+  std::atomic<bool> ping_pending_{false};
+  // Owner-only (the handler runs on the owner thread).
+  std::atomic<ping_handler> ping_handler_{nullptr};
+  void* ping_context_ = nullptr;
+  // The worker thread while it runs its loop (guarded by ping_mutex_, which the monitor holds
+  // across pthread_kill and the worker takes to clear `pingable_` before it exits).
+  std::mutex ping_mutex_;
+  pthread_t thread_{};
+  bool pingable_ = false;
 
   // Owner-only state.
   executor_message_pool message_pool_;

@@ -53,6 +53,8 @@
 //   6. the task layer then destroys tasks that were suspended (not in any queue).
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -97,6 +99,11 @@ struct runtime_options {
   // Fork-join heartbeat (fork-join.md): a latent right continuation becomes stealable only
   // after it has waited this long. Zero promotes at every check (tests use it to force steals).
   std::chrono::nanoseconds fork_quantum = std::chrono::microseconds(100);
+  // The signal the runtime monitor sends a worker to ping it (executor.hpp, "pings": fork-join
+  // uses pings to offer work while its owner runs a long leaf). SIGURG by default, as Go's
+  // preemption: its default action is to ignore it, and few programs use it (spindle passes
+  // signals that are not pings on to the handler installed before it). 0: no pings.
+  int ping_signal = SIGURG;
   // I/O backend of every executor's reactor (reactor.hpp): automatic tries io_uring, then epoll;
   // the environment variable SPINDLE_IO_BACKEND=uring|epoll overrides automatic.
   spindle::core::io_backend io_backend = spindle::core::io_backend::automatic;

@@ -33,6 +33,13 @@
 //      spawn_on) and completions of its io_uring ring (single issuer). They wait until it returns
 //      to its loop, or reaches a service point (executor::service_point, e.g. fork-join
 //      heartbeats, the cooperative budget's yields).
+//   4. pings (executor.hpp, "pings"): an awake executor with a ping handler whose requested
+//      ping deadline has passed, or that has no request and has been inside one runnable for
+//      half a service interval (unless its handler declined), gets `runtime_options::ping_signal`
+//      (pthread_kill under the executor's ping mutex); the monitor sleeps 20 µs (more with timer slack) unless the pinged workers took
+//      their signals at once, then, if any offer board holds work, wakes a parked executor (a ping handler publishes work
+//      but cannot wake anyone from signal context). A ping the worker has not taken yet (the
+//      signal is pending) is simply sent again at the next tick; the kernel keeps one.
 // Idle: when no executor has been awake for 20 ms (utilisation has decayed) the monitor sleeps
 // until one wakes (executor::park notifies it;
 // a Dekker pair of seq_cst operations on `idle_` and the runtime's unparked count means no wake
@@ -81,6 +88,7 @@ class runtime_monitor {
   void tick(std::uint64_t now) noexcept;
   void sample_utilisation(std::uint32_t index, std::uint64_t now) noexcept;
   void watch_progress(std::uint32_t index, std::uint64_t now) noexcept;
+  void send_pings(std::uint32_t count, std::uint64_t now) noexcept;
   void sleep_while_all_parked() noexcept;
 
   runtime_core& core_;

@@ -7,7 +7,8 @@
 // returning a reference yields the reference. Move-only results are fine.
 // Where it runs:
 //   - on a worker of a runtime (inside a task, or inside another fork_join): left inline, right
-//     latent; a heartbeat may hand the right branch to another worker. The call is synchronous:
+//     latent; a heartbeat, or a ping while the left branch runs a leaf that never forks, may hand
+//     the right branch to another worker. The call is synchronous:
 //     a task calling it occupies its worker until both branches are done (the worker helps with
 //     other fork-join work while it waits for a stolen branch).
 //   - on any other thread: fork_join(rt, left, right) runs the pair on `rt` and blocks the
@@ -151,7 +152,8 @@ auto fork_join(Left&& left, Right&& right)
   fork_detail::value_box<right_type> right_value;
 
   fork_detail::fork_thread_state* state = fork_detail::thread_state();
-  fork_detail::latent_frame** const slot = state->top;
+  // relaxed: the frame stack is shared with this thread's ping handler only (fork_state.hpp).
+  fork_detail::latent_frame** const slot = state->top.load(std::memory_order_relaxed);
   if (slot == state->limit) [[unlikely]] {
     // Not a worker, or the frame stack is full (a very deep recursion): serially.
     left_value.fill(left);
@@ -159,27 +161,29 @@ auto fork_join(Left&& left, Right&& right)
     return {left_value.take(), right_value.take()};
   }
 
-  fork_detail::fork_frame<right_function, right_type> frame(right, state->epoch);
-  *slot = &frame;
-  state->top = slot + 1;
-  if (--state->countdown <= 0) [[unlikely]] fork_detail::on_countdown(state);
+  // relaxed: see above.
+  fork_detail::fork_frame<right_function, right_type> frame(
+      right, state->epoch.load(std::memory_order_relaxed));
+  fork_detail::push_frame(state, slot, &frame);
+  if (fork_detail::count_down(state, 1)) [[unlikely]] fork_detail::on_countdown(state);
   try {
     left_value.fill(left);
   } catch (...) {
-    state->top = slot;
+    fork_detail::pop_frame(state, slot);
     fork_detail::settle_after_exception(state, frame);
-    if (frame.published != nullptr) frame.work().~right_work();
+    if (fork_detail::published_work(frame) != nullptr) frame.work().~right_work();
     throw;
   }
-  state->top = slot;
+  fork_detail::pop_frame(state, slot);
 
-  if (frame.published == nullptr) [[likely]] {
+  fork_detail::delegated_work* const published = fork_detail::published_work(frame);
+  if (published == nullptr) [[likely]] {
     right_value.fill(right);
-  } else if (fork_detail::withdraw(state, frame.published)) {
+  } else if (fork_detail::withdraw(state, published)) {
     frame.work().~right_work();  // nobody took it: as if it had never been offered
     right_value.fill(right);
   } else {
-    fork_detail::wait_for_merge(state, frame.published);
+    fork_detail::wait_for_merge(state, published);
     auto& work = frame.work();
     if (work.error) {
       std::exception_ptr error = std::move(work.error);

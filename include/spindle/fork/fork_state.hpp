@@ -12,17 +12,65 @@
 // pointer and, if the frame is still latent, runs the right branch inline too: a fork nobody took
 // costs a few stores and no atomic operation.
 //
-// Heartbeat: every fork (and every loop element) counts down `countdown`; at zero the owner reads
+// Heartbeat: every fork (and every loop block) counts down `countdown`; at zero the owner reads
 // the clock (the countdown is calibrated so that happens about four times per quantum) and, once
 // per quantum, *promotes*: it scans the frame stack from the bottom (the most basal frame) for a
 // latent frame that existed for the whole previous quantum (its epoch is at least two heartbeats
 // old), turns its right continuation into a `delegated_work` and publishes it on the executor's
 // offer board; a second one only if an executor is parked (the seed's "at most two per theft").
-// Then it wakes an idle executor, preferring the least utilised of two random ones.
+// Then it wakes an idle executor, preferring the least utilised of two random ones. A loop that
+// starts a computation (pushed on an empty frame stack) starts with the countdown and its
+// interval at 1: what the previous computation taught about the cost of a tick says nothing about
+// the cost of its elements, and its first block is as long as the countdown. A fork_join that
+// starts one keeps the countdown (tiny computations started back to back would otherwise read the
+// clock each time): if its ticks are long, the ping that comes after two quanta without a check
+// sets the countdown to 1, and that check shrinks the interval in one step, in proportion to how
+// late it came. The heartbeat is also the executor's service point (executor::service_point):
+// due timers fire and I/O completions are delivered about once per service interval however long
+// the computation runs.
 //
-// Frame states (owner-only field `published`): latent (null) -> published (the delegated work).
-// Published work is then either withdrawn by the owner (board CAS, B1 in offer_board.hpp: the
-// owner runs it inline as if it had never been offered) or taken by exactly one thief.
+// Pings: heartbeats without fork points. The owner may run a long leaf (a loop element, a branch
+// that does not fork) or unwind after its last fork, and count nothing. At each clock check the
+// owner requests a ping for two quanta later; the runtime monitor then interrupts it with a
+// signal (executor.hpp, "pings"), also when a runnable has run for half a service interval
+// without any request (a computation whose first act is a long leaf), and `on_ping` runs the same
+// promotion in signal context, on the owner's thread, between any two of its instructions. A ping
+// that finds no frame declines further unrequested pings for the running runnable. What
+// it touches is therefore shared with the interrupted owner as with another thread, except that
+// ordering needs only compiler fences (std::atomic_signal_fence):
+//   - `top`, the frames' `published`, the loop frames' `next`/`end`, `epoch`,
+//     `next_heartbeat_ns` and `countdown` are lock-free atomics accessed relaxed (plain loads
+//     and stores on every target, signal-safe);
+//   - a push writes the frame and its slot, then (release signal fence) the new `top`; a pop
+//     writes `top`, then (seq_cst signal fence) reads `published`: a ping before the pop finished
+//     its promotion before the owner resumed, a ping after it cannot see the frame;
+//   - where the owner changes what a ping would read in several steps (its own heartbeat,
+//     claiming a loop block, publishing on the board) it sets `masked`; a ping that finds it set
+//     does nothing and leaves the request in place, so the monitor pings again a tick later;
+//   - the handler publishes on the board (atomic stores), bumps counters (lock-free RMWs),
+//     requests the next ping, reads the clock (clock_gettime): nothing that locks or allocates.
+//     It cannot wake an idle executor; the monitor does, once the ping was taken.
+// A promotion gives a loop frame's whole remainder away when only one element is left (the
+// owner is busy with the block it claimed, see parallel_loop.hpp). A ping sets the countdown to
+// 1 (no check came for two quanta: the countdown is too long), so the next fork or block
+// boundary checks the clock; when no latent frame is left the request is withdrawn and further
+// pings declined, and that check requests again.
+//
+// Slices: a delegate running a loop piece from its executor's loop (not nested in a wait) ends
+// its slice at a heartbeat once it has run for a service interval and its executor has other
+// work waiting (executor::has_waiting_work: woken tasks, tasks stuck behind an executor in a long
+// runnable): it takes its remainder back, re-offers it on its own board and returns to the loop,
+// which runs the waiting work and then takes the remainder (or an idle executor or the waiting
+// owner does). So a computation that occupies every worker still lets the loop run other tasks
+// about once per element or per service interval. Right branches of fork_join cannot be cut
+// (they are arbitrary callables on the delegate's stack): a task woken while only such branches
+// run waits until one ends.
+//
+// Frame states (field `published`, written by the owner's thread only: its heartbeat or its
+// ping handler): latent (null) -> published (the delegated work). Published work is then either
+// withdrawn by the owner (board CAS, B1 in offer_board.hpp: the owner runs it inline as if it had
+// never been offered) or taken by exactly one thief. A delegate that ends a slice re-offers the
+// same work on its own board (one delegate at a time; `unmerged` stays 1 until the last slice).
 //
 // Merge (invariant M): the delegate writes its result (or exception) into the delegated work,
 // then stores `unmerged = 0` with release; the owner reads `unmerged == 0` with acquire before it
@@ -33,8 +81,8 @@
 //
 // Waiting (F4): an owner whose published work was taken waits for the merge and meanwhile runs
 // other published work (the thief's board first, then its own, then everyone's), nested on its
-// stack at most `max_help_depth` deep, so the stack stays bounded; with nothing to run it spins
-// briefly, then parks with a short timeout.
+// stack at most `max_help_depth` deep, so the stack stays bounded; with nothing to run it services
+// its executor (service_point), spins briefly, then parks with a short timeout.
 //
 // Bounded memory (F5): latent frames live in the C++ frames of the computation itself; at most
 // `frame_capacity` of them per thread are registered (deeper forks run serially), at most the
@@ -77,31 +125,41 @@ struct delegated_work : core::runnable {
 };
 
 // What the frame stack points at. `promote` turns the frame's right continuation into delegated
-// work (constructed in storage inside the frame), or returns null if there is nothing worth
-// offering (a loop with fewer than two elements left).
+// work (constructed in storage inside the frame), or returns null if there is nothing to offer
+// (a loop with no element left). It may run in signal context (a ping): plain stores only.
 struct latent_frame {
   delegated_work* (*promote)(latent_frame*) noexcept;
-  std::uint64_t epoch;                   // the owner's heartbeat epoch when pushed
-  delegated_work* published = nullptr;   // null while latent; owner-only
+  std::uint64_t epoch;  // the owner's heartbeat epoch when pushed
+  // Null while latent. Written by a promotion (the owner's heartbeat or its ping handler), read
+  // by the owner: relaxed, see "Pings" above.
+  std::atomic<delegated_work*> published{nullptr};
 };
 
 struct fork_thread_state {
   // The frame stack: [frames, top) are registered, top == limit means full. All null on a thread
   // that is not a worker (every fork runs serially). Pointers rather than indices: a fork's
   // push and pop are then two stores with nothing to compute.
+  std::atomic<latent_frame**> top{nullptr};  // first: its address is the state's own
   latent_frame** frames = nullptr;
-  latent_frame** top = nullptr;
   latent_frame** limit = nullptr;
-  // Ticks (forks, loop elements) left before the next clock check.
-  std::int64_t countdown = std::int64_t(1) << 62;
-  std::uint64_t epoch = 2;  // epoch 0 frames are eligible at the first heartbeat
+  // Ticks (forks, loop elements) left before the next clock check (a ping may set it to 1).
+  std::atomic<std::int64_t> countdown{std::int64_t(1) << 62};
+  std::atomic<std::uint64_t> epoch{2};  // epoch 0 frames are eligible at the first heartbeat
+  std::atomic<std::uint64_t> next_heartbeat_ns{0};
+  // The owner is changing what a ping reads: the ping does nothing (see "Pings").
+  std::atomic<bool> masked{false};
+  // Owner-only from here on.
   std::int64_t interval = 1;
-  std::uint64_t last_check_ns = 0;
-  std::uint64_t next_heartbeat_ns = 0;
+  std::uint64_t last_check_ns = 0;  // 0: no check yet in this computation
   std::uint64_t quantum_ns = 0;
+  std::uint64_t ping_delay_ns = 0;  // a ping comes this long after the last clock check
   std::uint32_t help_depth = 0;
   std::uint32_t random_state = 1;
   core::executor* executor = nullptr;
+  // Slices (see above): set while a delegate runs a loop piece from the executor's loop.
+  bool slice_allowed = false;
+  bool slice_over = false;  // the piece should end at its next block boundary
+  std::uint64_t slice_start_ns = 0;
 };
 
 inline constexpr std::uint32_t frame_capacity = 1024;
@@ -119,6 +177,60 @@ inline fork_thread_state* thread_state() noexcept {
 
 // The countdown reached zero: calibrate, and promote if a quantum has passed.
 void on_countdown(fork_thread_state* state) noexcept;
+// A fork counts one tick (a loop block counts its elements): true when the clock is due.
+inline bool count_down(fork_thread_state* state, std::int64_t ticks) noexcept {
+  // relaxed: shared only with this thread's ping handler, which may set it to 1 (a store lost
+  // to this read-modify-write only delays one clock check).
+  const std::int64_t left = state->countdown.load(std::memory_order_relaxed) - ticks;
+  state->countdown.store(left, std::memory_order_relaxed);
+  return left <= 0;
+}
+
+// A loop pushed on an empty frame stack starts a computation: the countdown and its interval
+// restart from 1, since its first block is as long as the countdown.
+void begin_loop_computation(fork_thread_state* state) noexcept;
+
+// Owner: registers `frame` in `slot` (== top, != limit).
+inline void push_frame(fork_thread_state* state, latent_frame** slot, latent_frame* frame) noexcept {
+  *slot = frame;
+  // release (signal fence): the frame and its slot are written before a ping can see the top.
+  std::atomic_signal_fence(std::memory_order_release);
+  state->top.store(slot + 1, std::memory_order_relaxed);  // relaxed: see "Pings"
+}
+// Owner: unregisters the frame in `slot` (the top one). Afterwards `published` is final. (A ping
+// request outlives the computation: a ping that finds the stack empty withdraws it.)
+inline void pop_frame(fork_thread_state* state, latent_frame** slot) noexcept {
+  state->top.store(slot, std::memory_order_relaxed);  // relaxed: see "Pings"
+  // seq_cst (signal fence): the pop is done before the owner reads the frame's `published`.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+// Owner: what a promotion published for a popped frame (null: it stayed latent).
+inline delegated_work* published_work(const latent_frame& frame) noexcept {
+  delegated_work* work = frame.published.load(std::memory_order_relaxed);  // relaxed: "Pings"
+  // acquire (signal fence): the work's fields, written before `published`, are read after.
+  std::atomic_signal_fence(std::memory_order_acquire);
+  return work;
+}
+// Owner: brackets a change a ping must not see half-done.
+inline void mask_pings(fork_thread_state* state) noexcept {
+  state->masked.store(true, std::memory_order_relaxed);  // relaxed: same thread
+  std::atomic_signal_fence(std::memory_order_seq_cst);   // set before the change begins
+}
+inline void unmask_pings(fork_thread_state* state) noexcept {
+  std::atomic_signal_fence(std::memory_order_seq_cst);   // the change is done before clearing
+  state->masked.store(false, std::memory_order_relaxed);  // relaxed: same thread
+}
+
+// Slices of a delegate's loop piece (see above). begin_slice: true if this piece may end early
+// (called from the executor's loop, not nested in a wait); end_slice clears the state.
+bool begin_slice(fork_thread_state* state) noexcept;
+inline void end_slice(fork_thread_state* state) noexcept {
+  state->slice_allowed = false;
+  state->slice_over = false;
+}
+// Re-offers the rest of a piece that ended its slice on this executor's board; false if the
+// board is full (the caller goes on with it).
+bool republish(fork_thread_state* state, delegated_work* work) noexcept;
 
 // Owner: takes published work back; true if no thief took it (the owner runs it itself).
 bool withdraw(fork_thread_state* state, delegated_work* work) noexcept;
@@ -129,9 +241,8 @@ void begin_delegate(delegated_work* work) noexcept;
 void finish_delegate(delegated_work* work) noexcept;
 // Owner: the frame is off the stack because its left side threw; settle the published work.
 inline void settle_after_exception(fork_thread_state* state, latent_frame& frame) noexcept {
-  if (frame.published != nullptr && !withdraw(state, frame.published)) {
-    wait_for_merge(state, frame.published);
-  }
+  delegated_work* work = published_work(frame);
+  if (work != nullptr && !withdraw(state, work)) wait_for_merge(state, work);
 }
 
 // Published work is never queued where shutdown drains (only on boards, which owners empty).
