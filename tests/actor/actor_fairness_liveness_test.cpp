@@ -30,8 +30,12 @@ using spindle::spawn_options;
 
 // An actor that works `cost` per message and sends itself the next message until `stop` is set:
 // always runnable, never charging reductions by hand.
+// (Constructors rather than aggregates: clang 14 has no parenthesised aggregate initialisation.)
 struct self_sending {
   using message_type = int;
+  self_sending(std::atomic<bool>* stop_flag, liveness_clock::duration message_cost,
+               std::atomic<std::uint64_t>* handled_count) noexcept
+      : stop(stop_flag), cost(message_cost), handled(handled_count) {}
   std::atomic<bool>* stop;
   liveness_clock::duration cost;
   std::atomic<std::uint64_t>* handled;
@@ -128,6 +132,7 @@ TEST_F(BusyActorOnOneWorker, FiftyMillisecondTimeoutTimesOut) {
 // Records the sequence number of the last ping it handled.
 struct pinged {
   using message_type = int;
+  explicit pinged(std::atomic<int>* answered_sequence) noexcept : answered(answered_sequence) {}
   std::atomic<int>* answered;
   void receive(int sequence) { answered->store(sequence, std::memory_order_release); }
 };
