@@ -4,6 +4,10 @@
 //                                                tenth of the work)
 //   spindle-bench all [threads]                  every supported workload with its default
 //                                                parameter, then a short summary
+//   spindle-bench mixed <seconds> <workers>      issue 13's starvation scenarios: latency
+//                                                figures, one line each (bench/workloads/
+//                                                mixed.cpp has the format). Not part of `all`:
+//                                                it takes 10-30 s.
 //
 // Each line: `spindle <workload> <param> <threads> <seconds> result=<value>` where a wrong result
 // is marked (WRONG), so ../shared/peers/run can put spindle beside the peers.
@@ -21,6 +25,10 @@
 #include <vector>
 
 #include "spindle/spindle.hpp"
+
+namespace spindle_bench {
+int run_mixed(long seconds, int workers);  // bench/workloads/mixed.cpp
+}  // namespace spindle_bench
 
 namespace {
 
@@ -480,8 +488,9 @@ const std::map<std::string, workload>& workloads() {
   std::fprintf(stderr,
                "usage: %s <workload> <param> <threads>\n"
                "       %s all [threads]\n"
+               "       %s mixed <seconds> <workers>\n"
                "workloads:",
-               program, program);
+               program, program, program);
   for (const auto& [name, w] : workloads()) std::fprintf(stderr, " %s", name.c_str());
   std::fprintf(stderr, "\n");
   std::exit(2);
@@ -502,6 +511,16 @@ long parse_positive(const char* text, const char* what, const char* program) {
 int main(int argc, char** argv) {
   if (argc < 2) usage(argv[0]);
   const std::string name = argv[1];
+  if (name == "mixed") {  // its own lines and figures; kept out of `all` (10-30 s)
+    if (argc < 4) usage(argv[0]);
+    const long seconds = parse_positive(argv[2], "seconds", argv[0]);
+    const long workers = parse_positive(argv[3], "workers", argv[0]);
+    if (seconds > 60 || workers > 4096) {
+      std::fprintf(stderr, "%s: mixed takes at most 60 seconds and 4096 workers\n", argv[0]);
+      return 2;
+    }
+    return spindle_bench::run_mixed(seconds, int(workers));
+  }
   if (name == "all") {
     const int threads = argc > 2 ? int(parse_positive(argv[2], "threads", argv[0]))
                                  : int(std::max(1u, std::thread::hardware_concurrency()));

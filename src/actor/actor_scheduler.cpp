@@ -124,7 +124,9 @@ void actor_scheduler::turn() noexcept {
   }
   if (batch_.empty() && woken_.empty() && waiting_ != 0) advance_segment();
   if (waiting_ != 0 && !system_.stopping()) {
-    system_.core().schedule_on(index_, &turn_runnable_);  // turn_queued_ stays true
+    // A peer of the local queue, not ahead of it (executor.hpp, yield_pinned): tasks on this
+    // executor run between slices. turn_queued_ stays true.
+    system_.core().executor_at(index_).yield_pinned(&turn_runnable_);
   } else {
     turn_queued_ = false;
   }

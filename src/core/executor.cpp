@@ -12,15 +12,6 @@ namespace {
 
 thread_local executor* current_executor = nullptr;
 
-// How long an executor parks at most while some other executor is awake: after that it checks
-// whether an awake executor has been stuck in one runnable for the whole interval with a
-// runnable waiting in its queue, and takes it (see steal_from_stuck_owners).
-constexpr clock_duration stuck_check_interval = std::chrono::milliseconds(2);
-
-// Shortest utilisation sampling window, and the time constant of the moving average (load.md).
-constexpr std::uint64_t utilisation_window_ns = 1'000'000;
-constexpr std::uint64_t utilisation_time_constant_ns = 4'000'000;
-
 }  // namespace
 
 executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& clock,
@@ -43,8 +34,24 @@ void executor::bind_thread() noexcept {
 }
 
 std::uint32_t executor::load() const noexcept {
-  return local_.size() +
-         std::uint32_t(core_.global_injector().size(index_)) + (inbox_.empty() ? 0u : 1u);
+  const std::uint32_t queued =
+      local_.size() + std::uint32_t(core_.global_injector().size(index_)) + (inbox_.empty() ? 0u : 1u);
+  // relaxed: samples (single writers: the monitor, the queues' owners).
+  const std::uint32_t quarters = (stats_.utilisation.load(std::memory_order_relaxed) + 8192) >> 14;
+  return 4 * queued + quarters + (in_long_runnable() ? 64u : 0u);
+}
+
+std::uint64_t executor::busy_nanoseconds_until(std::uint64_t now) const noexcept {
+  // relaxed: samples of single-writer counters (runtime_monitor.cpp clamps the race).
+  const std::uint64_t since = awake_since_ns_.load(std::memory_order_relaxed);
+  const std::uint64_t total = busy_total_ns_.load(std::memory_order_relaxed);
+  return total + (since != 0 && now > since ? now - since : 0);
+}
+
+bool executor::has_rescuable_work() const noexcept {
+  if (!local_.empty()) return true;
+  if (auto deadline = timers_.next_deadline()) return *deadline <= timers_.clock().now();
+  return false;
 }
 
 std::uint32_t executor::next_random() noexcept { return next_xorshift(random_state_); }
@@ -66,15 +73,13 @@ void executor::push_local(runnable* r, schedule_hint hint) noexcept {
   // A lone item is what this executor runs next; thieves leave it alone (local_queue.hpp), so
   // waking an idle executor for it would be wasted. From two items on, there is work to share.
   // The push's CAS is seq_cst, which stands in for the handshake fence.
+  // A lone item left to us is rescued by the monitor if the running task never returns
+  // (runtime_monitor.hpp, step 3).
   const std::uint32_t queued = local_.push(r, sink);
-  if (queued >= 2) {
-    core_.notify_after_seq_cst_publish();
-  } else {
-    // A lone item is left to us, but if the running task never yields someone must notice:
-    // make sure one parked executor watches for stuck owners (see steal_from_stuck_owners).
-    core_.ensure_watcher();
-  }
+  if (queued >= 2) core_.notify_after_seq_cst_publish();
 }
+
+void executor::yield_pinned(runnable* r) noexcept { pinned_yielded_.push_back(r); }
 
 runnable* executor::take_from_inbox() noexcept {
   if (inbox_backlog_ == nullptr) inbox_backlog_ = inbox_.take_all();
@@ -106,11 +111,21 @@ runnable* executor::next_runnable() noexcept {
   // runnables, which the steps below then find.
   if (!mailbox_.empty()) poll_mailbox();
   ++tick_;
+  // A service passed since the pinned yielded runnable (an actor wheel) last ran: its turn, so
+  // it gets at least one per service interval however much other work there is.
+  if (pinned_turn_owed_) {
+    pinned_turn_owed_ = false;
+    if (runnable* r = pinned_yielded_.pop_front()) return r;
+  }
   // A countdown rather than tick % interval: a division per runnable is measurable here.
   if (--until_injector_check_ == 0) {
     until_injector_check_ = core_.options().injector_check_interval;
-    if (runnable* r = take_from_injector(index_)) return r;  // fairness to remote work
-    if (runnable* r = take_starving_oldest()) return r;      // fairness to old local work
+    if (runnable* r = take_starving_oldest()) return r;  // fairness to old local work
+    // Fairness to remote work: ONE item, run now. A batch would go onto the newest end of the
+    // local queue, above tasks that were just woken (time-slicing.md, "woken tasks").
+    std::size_t taken = 0;
+    if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) return r;
+    if (runnable* r = pinned_yielded_.pop_front()) return r;  // fairness to the wheel
   }
   if (runnable* r = take_from_inbox()) return r;
   if (runnable* r = local_.pop()) return r;
@@ -120,6 +135,9 @@ runnable* executor::next_runnable() noexcept {
     if (runnable* r = local_.pop()) return r;
   }
   if (runnable* r = take_from_injector(index_)) return r;
+  // Only then the pinned yielded runnable (the wheel): it and the tasks take turns, the tasks a
+  // batch at a time, the wheel at least once per service interval and fairness check.
+  if (runnable* r = pinned_yielded_.pop_front()) return r;
   return nullptr;
 }
 
@@ -160,7 +178,9 @@ runnable* executor::steal_round() noexcept {
       if (victim == index_) continue;
       executor& other = core_.executor_at(victim);
       if (farthest != 0 && placement_.distance_to(other.placement()) != distance) continue;
-      if (runnable* r = other.local().steal_into(local_)) {
+      // From an executor inside a long runnable, everything: its newest item would otherwise
+      // wait for the runnable to return (executor-loop.md, "stuck owners").
+      if (runnable* r = other.local().steal_into(local_, other.in_long_runnable())) {
         // relaxed: single writer (this thread); readers sample.
         stats_.steals.store(stats_.steals.load(std::memory_order_relaxed) + 1,
                             std::memory_order_relaxed);
@@ -210,22 +230,47 @@ void executor::run_one(runnable* r) noexcept {
     if (core_.transition_from_searching()) core_.notify_work_available();
   }
   r->run();
-  // relaxed: single writer; the counters are samples for diagnostics and the stuck check.
+  // relaxed: single writer; the counters are samples for diagnostics and the monitor.
   stats_.runnables_run.store(stats_.runnables_run.load(std::memory_order_relaxed) + 1,
                              std::memory_order_relaxed);
   progress_.store(tick_, std::memory_order_relaxed);
-  if (++budget_used_ >= core_.options().budget) end_of_budget();
+  // Service after `budget` runnables, or once a service interval of busy time has passed (one
+  // relaxed load of the coarse clock: cheaper than any clock read, time-slicing.md).
+  if (++budget_used_ >= core_.options().budget) {
+    if (!local_.empty()) {
+      stats_.budget_exhaustions.store(
+          stats_.budget_exhaustions.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+    service();
+  } else if (core_.coarse_now_ns() - last_service_ns_ >= core_.service_interval_ns()) {
+    service();
+  }
 }
 
-void executor::end_of_budget() noexcept {
+void executor::service() noexcept {
   budget_used_ = 0;
-  if (!local_.empty()) {
-    stats_.budget_exhaustions.store(stats_.budget_exhaustions.load(std::memory_order_relaxed) + 1,
-                                    std::memory_order_relaxed);
-  }
+  last_service_ns_ = core_.coarse_now_ns();
+  if (!pinned_yielded_.empty()) pinned_turn_owed_ = true;
+  stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_relaxed);
   fire_timers();
   if (reactor_->in_flight() != 0) reactor_->poll();
-  update_utilisation(monotonic_nanoseconds());
+  // relaxed: a hint maintained by the monitor; a missed rescue is retried at the next service.
+  if (core_.long_runnables_.load(std::memory_order_relaxed) != 0) {
+    if (runnable* r = rescue_others()) push_local(r, schedule_hint::wake);
+  }
+}
+
+void executor::service_point() noexcept {
+  if (core_.coarse_now_ns() - last_service_ns_ < core_.service_interval_ns()) return;
+  last_service_ns_ = core_.coarse_now_ns();
+  stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_relaxed);
+  fire_timers();
+  if (reactor_->in_flight() != 0) reactor_->poll();
+  // What that woke sits in our local queue while we keep running: let an idle executor take it
+  // (with the monitor's long-runnable flag set, thieves take even a lone item).
+  if (!local_.empty()) core_.notify_work_available();
 }
 
 void executor::fire_timers() noexcept {
@@ -236,47 +281,30 @@ void executor::fire_timers() noexcept {
   }
 }
 
-void executor::update_utilisation(std::uint64_t now_ns) noexcept {
-  const std::uint64_t window = now_ns - window_start_ns_;
-  if (window < utilisation_window_ns) return;
-  std::uint64_t busy = window_busy_ns_;
-  if (busy_since_ns_ != 0) busy += now_ns - busy_since_ns_;
-  if (busy_since_ns_ != 0) busy_since_ns_ = now_ns;
-  const double sample = std::min(1.0, double(busy) / double(window));
-  // Time-weighted EWMA: a window of length w moves the average by 1 - exp(-w / tau), so a long
-  // stretch of busy (or idle) time counts for its length, however few samples it produced.
-  const double weight = 1.0 - std::exp(-double(window) / double(utilisation_time_constant_ns));
-  const double old = stats_.utilisation.load(std::memory_order_relaxed) / 65536.0;
-  const double updated = old + (sample - old) * weight;
-  // relaxed: single writer, sampled by readers (P2C, diagnostics).
-  stats_.utilisation.store(std::uint32_t(updated * 65536.0 + 0.5), std::memory_order_relaxed);
-  stats_.busy_nanoseconds.store(stats_.busy_nanoseconds.load(std::memory_order_relaxed) + busy,
-                                std::memory_order_relaxed);
-  window_start_ns_ = now_ns;
-  window_busy_ns_ = 0;
-}
-
-void executor::observe_progress() noexcept {
+runnable* executor::rescue_others() noexcept {
   const std::uint32_t count = core_.executor_count();
-  observed_progress_.resize(count);
-  for (std::uint32_t i = 0; i < count; ++i) {
-    // relaxed: a progress sample; the queue's CAS carries the synchronisation.
-    observed_progress_[i] = core_.executor_at(i).progress_.load(std::memory_order_relaxed);
-  }
-}
-
-runnable* executor::steal_from_stuck_owners() noexcept {
-  const std::uint32_t count = std::min<std::uint32_t>(core_.executor_count(),
-                                                      std::uint32_t(observed_progress_.size()));
+  runnable* found = nullptr;
   for (std::uint32_t i = 0; i < count; ++i) {
     if (i == index_) continue;
     executor& other = core_.executor_at(i);
-    // Same runnable still running since our baseline, a whole interval ago: stuck.
-    if (other.progress_.load(std::memory_order_relaxed) == observed_progress_[i]) {
-      if (runnable* r = other.local().steal_into(local_, /*include_newest=*/true)) return r;
+    if (!other.in_long_runnable()) continue;
+    // Its due timers fire here (the timer service is locked, any thread may fire it): whatever
+    // they wake is scheduled from this thread, onto this executor's local queue.
+    if (other.timers_.size() != 0) {
+      if (const std::size_t fired = other.timers_.fire_due()) {
+        stats_.rescues.store(stats_.rescues.load(std::memory_order_relaxed) + fired,
+                             std::memory_order_relaxed);
+      }
+    }
+    if (found == nullptr) {
+      found = other.local().steal_into(local_, /*include_newest=*/true);
+      if (found != nullptr) {
+        stats_.rescues.store(stats_.rescues.load(std::memory_order_relaxed) + 1,
+                             std::memory_order_relaxed);
+      }
     }
   }
-  return nullptr;
+  return found;
 }
 
 void executor::park() noexcept {
@@ -293,44 +321,44 @@ void executor::park() noexcept {
     mailbox_.announce_awake();
     return;
   }
-  // 3. PARKED: wait for a notification, the next timer deadline, or the stuck check.
+  // 3. PARKED: wait for a notification or the next timer deadline. Executors stuck in a long
+  // runnable are watched by the monitor, which wakes us when they hold work we can take.
   std::optional<clock_duration> timeout;
   spindle::clock& clock = timers_.clock();
   if (clock.is_real_time()) {
     if (auto deadline = timers_.next_deadline()) timeout = *deadline - clock.now();
   }
-  const bool others_awake = core_.unparked_count() > 0;
-  if (others_awake) {
-    observe_progress();
-    if (!timeout || *timeout > stuck_check_interval) timeout = stuck_check_interval;
-  }
   stats_.parks.store(stats_.parks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const std::uint64_t parked_at = monotonic_nanoseconds();
-  if (busy_since_ns_ != 0) window_busy_ns_ += parked_at - busy_since_ns_;
-  busy_since_ns_ = 0;
-  if (others_awake) core_.watchers_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a hint
+  // relaxed: single writer; the monitor samples (runtime_monitor.cpp clamps the race between
+  // the two stores).
+  busy_total_ns_.store(busy_total_ns_.load(std::memory_order_relaxed) +
+                           (parked_at - awake_since_owner_ns_),
+                       std::memory_order_relaxed);
+  awake_since_ns_.store(0, std::memory_order_relaxed);
   reactor_->wait(timeout);
-  if (others_awake) core_.watchers_.fetch_sub(1, std::memory_order_relaxed);
-  busy_since_ns_ = monotonic_nanoseconds();
+  awake_since_owner_ns_ = monotonic_nanoseconds();
+  awake_since_ns_.store(awake_since_owner_ns_, std::memory_order_relaxed);  // relaxed: sample
   // 4. Woken: by a notifier (it unregistered us, maybe as a searcher) or by time.
   is_searching_ = core_.leave_sleepers(index_);
   mailbox_.announce_awake();
+  core_.executor_awake(awake_since_owner_ns_);
   fire_timers();
-  update_utilisation(busy_since_ns_);
-  const auto waited = clock_duration(busy_since_ns_ - parked_at);
-  if (others_awake && waited >= stuck_check_interval) {
-    if (runnable* r = steal_from_stuck_owners()) {
-      local_.push(r, [this](runnable** items, std::uint32_t n) { overflow(items, n); });
-    }
-  }
 }
 
 void executor::run_loop() noexcept {
   current_executor = this;
   reactor_->attach_owner();
-  busy_since_ns_ = window_start_ns_ = monotonic_nanoseconds();
+  awake_since_owner_ns_ = monotonic_nanoseconds();
+  awake_since_ns_.store(awake_since_owner_ns_, std::memory_order_relaxed);  // relaxed: sample
+  last_service_ns_ = core_.coarse_now_ns();
+  current_slice_clock = slice_clock{&core_.coarse_now_ns_, core_.service_interval_ns()};
   while (!core_.stopping()) {
     runnable* r = next_runnable();
+    // relaxed: a hint maintained by the monitor.
+    if (r == nullptr && core_.long_runnables_.load(std::memory_order_relaxed) != 0) {
+      r = rescue_others();
+    }
     if (r == nullptr) r = search();
     if (r != nullptr) {
       run_one(r);
@@ -346,6 +374,7 @@ void executor::run_loop() noexcept {
   }
   reactor_->drain();  // shutdown step 4 (runtime_core.hpp), on the reactor's owner thread
   current_executor = nullptr;
+  current_slice_clock = slice_clock{};
 }
 
 }  // namespace spindle::core

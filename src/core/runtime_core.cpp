@@ -31,6 +31,12 @@ runtime_options validated(runtime_options options) {
     throw usage_error("spindle: more workers requested than max_executors allows");
   }
   if (options.budget == 0) throw usage_error("spindle: budget must be at least 1");
+  if (options.service_interval < std::chrono::microseconds(100)) {
+    throw usage_error("spindle: service_interval must be at least 100 microseconds");
+  }
+  if (options.long_runnable_after < options.service_interval) {
+    throw usage_error("spindle: long_runnable_after must be at least the service interval");
+  }
   if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
     throw usage_error("spindle: fairness intervals must be at least 1");
   }
@@ -56,7 +62,10 @@ runtime_core::runtime_core(runtime_options options)
                             (topology_->cache_domain_count() > 1 ||
                              topology_->numa_node_count() > 1)),
       slots_(std::make_unique<std::atomic<executor*>[]>(options_.max_executors)),
-      injector_(options_.max_executors) {
+      injector_(options_.max_executors),
+      service_interval_ns_(std::uint64_t(options_.service_interval.count())),
+      monitor_(std::make_unique<runtime_monitor>(*this)) {
+  coarse_now_ns_.store(monotonic_nanoseconds(), std::memory_order_relaxed);  // relaxed: unshared
   for (std::uint32_t i = 0; i < options_.max_executors; ++i) {
     slots_[i].store(nullptr, std::memory_order_relaxed);  // relaxed: not yet shared
   }
@@ -75,6 +84,17 @@ void runtime_core::start(std::shared_ptr<runtime_core> self) {
   self_ = self;
   clock_->subscribe(this, [this] { unpark_all(); });
   for (std::uint32_t i = 0; i < options_.workers; ++i) append_executor();
+  monitor_->start();
+}
+
+void runtime_core::executor_awake(std::uint64_t now_ns) noexcept {
+  // relaxed: the coarse clock is a sample; a lost race with the monitor leaves a value that is
+  // at most one tick old either way.
+  std::uint64_t seen = coarse_now_ns_.load(std::memory_order_relaxed);
+  while (seen < now_ns &&
+         !coarse_now_ns_.compare_exchange_weak(seen, now_ns, std::memory_order_relaxed)) {
+  }
+  monitor_->executor_awake();
 }
 
 std::uint32_t runtime_core::add_executor() { return append_executor(); }
@@ -238,23 +258,6 @@ void runtime_core::wake_one_if_idle(std::uint32_t preferred) noexcept {
   executor_at(woken).parker().unpark();
 }
 
-void runtime_core::ensure_watcher() noexcept {
-  // relaxed: a liveness hint; a spurious extra wake-up costs one futex call, a missed one is
-  // caught by the next lone push.
-  if (watchers_.load(std::memory_order_relaxed) != 0) return;
-  std::uint32_t woken;
-  {
-    std::lock_guard lock(sleepers_mutex_);
-    if (sleepers_.empty() || watchers_.load(std::memory_order_relaxed) != 0) return;
-    woken = sleepers_.back();
-    sleepers_.pop_back();
-    is_sleeping_[woken] = 0;
-    woken_as_searcher_[woken] = 0;
-    idle_state_.fetch_add(one_unparked, std::memory_order_seq_cst);  // seq_cst: handshake state
-  }
-  executor_at(woken).parker().unpark();
-}
-
 void runtime_core::unpark_all() noexcept {
   std::vector<std::uint32_t> woken;
   {
@@ -386,6 +389,8 @@ void runtime_core::worker_exited() noexcept {
 }
 
 void runtime_core::finish_shutdown() noexcept {
+  // The monitor only reads executors; stop it before anything is drained.
+  monitor_->stop();
   // Step 4 happened on each worker as it left its loop (executor::run_loop drains its reactor).
   // Step 5.
   draining_.store(true, std::memory_order_relaxed);  // relaxed: no worker runs any more
@@ -411,6 +416,7 @@ void runtime_core::drain_queues() noexcept {
     executor& e = executor_at(i);
     while (runnable* r = e.take_from_inbox()) r->drop();
     while (runnable* r = e.local().pop()) r->drop();
+    while (runnable* r = e.pinned_yielded_.pop_front()) r->drop();
   }
   for (std::size_t shard = 0; shard < injector_.shard_count(); ++shard) {
     std::size_t taken = 0;

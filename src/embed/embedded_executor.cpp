@@ -118,15 +118,22 @@ void embedded_executor::tick() {
   } leave;
   host_.begin_tick();
   ++statistics_.ticks;
+  // The time budget is real time (the steady clock), read only when the host set one.
+  const std::uint64_t deadline =
+      options_.time_per_tick > clock_duration::zero()
+          ? core::monotonic_nanoseconds() + std::uint64_t(options_.time_per_tick.count())
+          : 0;
   service(service_kind::first);
   std::uint32_t budget = options_.tasks_per_tick;
-  while (budget > 0 && queued_work()) {
-    budget -= execute(std::min(budget, options_.tasks_per_execute_phase));
+  bool out_of_time = false;
+  while (budget > 0 && !out_of_time && queued_work()) {
+    budget -= execute(std::min(budget, options_.tasks_per_execute_phase), deadline, out_of_time);
     // The last phase of the tick is this service phase when the loop stops here. Timers only
     // in the tick's first and last service phase: reading the host's clock has a cost.
-    const bool last = budget == 0 || !queued_work();
+    const bool last = budget == 0 || out_of_time || !queued_work();
     service(last ? service_kind::last : service_kind::middle);
   }
+  if (out_of_time) ++statistics_.ticks_out_of_time;
   if (queued_work()) host_.request_reentry();
   host_.tick_at(next_deadline());
   host_.end_tick();
@@ -156,7 +163,8 @@ void embedded_executor::take_requests() noexcept {
   oldest_.append(requested_oldest_);
 }
 
-std::uint32_t embedded_executor::execute(std::uint32_t limit) noexcept {
+std::uint32_t embedded_executor::execute(std::uint32_t limit, std::uint64_t deadline,
+                                          bool& out_of_time) noexcept {
   observe(phase::execute);
   ++statistics_.execute_phases;
   std::uint32_t ran = 0;
@@ -168,6 +176,10 @@ std::uint32_t embedded_executor::execute(std::uint32_t limit) noexcept {
     if (r == nullptr) break;
     r->run();  // until it suspends or completes; `r` must not be touched afterwards
     ++ran;
+    if (deadline != 0 && core::monotonic_nanoseconds() >= deadline) {
+      out_of_time = true;
+      break;
+    }
   }
   statistics_.tasks_run += ran;
   return ran;

@@ -19,7 +19,9 @@ bool turnstile_block::wait_awaiter::await_suspend(std::coroutine_handle<> h) {
   if (!block_.state_.try_block()) {
     suspended_ = false;
     t->end_registration(nullptr);
-    return false;  // notified while polling: poll again
+    // Notified while polling: poll again, after a yield if the cooperative budget is used up
+    // (C6). Wakes meanwhile only leave the block notified: the task is not blocked.
+    return ::spindle::detail::cooperative_await::complete_inline(*t, h);
   }
   t->end_registration(&block_);
   return true;

@@ -38,7 +38,7 @@ bool sync_waiter::try_cancel() noexcept {
 sync_waiter::outcome sync_waiter::finish_wait() {
   if (suspended_) {
     suspended_ = false;
-    task_->clear_wait();
+    task_->clear_wait();  // after a budget yield nothing was registered: clears a null wait
   }
   if (outcome_ == outcome::cancelled) throw task_cancelled();
   return outcome_;

@@ -18,7 +18,7 @@ bool completion_awaiter::await_suspend(std::coroutine_handle<> h) {
   registered_ = true;
   if (target_.register_joiner(this)) return true;
   registered_ = false;
-  return false;
+  return cooperative_await::yield_if_exhausted(*waiter_, h);  // already complete (C6)
 }
 
 void completion_awaiter::wake_waiter(completion_waker* self) noexcept {
@@ -172,7 +172,9 @@ bool join_set_core::next_wait::await_suspend(std::coroutine_handle<> h) {
   // here; afterwards only locals are used.
   if (cancellable) t->end_registration(suspend ? this : nullptr);
   if (busy) throw usage_error("spindle: a join_set awaited by two tasks at once");
-  return suspend;
+  // Not suspending: a completed child (or none running) is there; await_resume takes it, after
+  // a yield if the cooperative budget is used up (C6). Only this task takes completed children.
+  return suspend || cooperative_await::complete_inline(*t, h);
 }
 
 join_set_child* join_set_core::next_wait::await_resume() {

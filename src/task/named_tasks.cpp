@@ -67,7 +67,8 @@ bool named_task_registry::wait_awaiter::await_suspend(std::coroutine_handle<> h)
   }
   if (registry_ == nullptr) {
     t->end_registration(nullptr);
-    return false;  // no live task of that name: nothing to wait for
+    // No live task of that name: nothing to wait for (a yield if the budget is used up, C6).
+    return cooperative_await::complete_inline(*t, h);
   }
   t->end_registration(this);
   return true;

@@ -48,7 +48,7 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   }
   spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
   current_task = t;
-  cooperative_budget_left = cooperative_budget;
+  refill_cooperative_budget();
   run_trampoline(t->resume_point_);
   // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
   current_task = outer;
@@ -290,7 +290,7 @@ bool join_awaiter_base::await_suspend(std::coroutine_handle<> h) {
   if (!target_->register_joiner(this)) {
     registered_ = false;
     self->end_registration(nullptr);
-    return false;  // already complete
+    return cooperative_await::yield_if_exhausted(*self, h);  // already complete (C6)
   }
   self->end_registration(this);
   return true;

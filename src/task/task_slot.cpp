@@ -48,19 +48,28 @@ void slot_turn::end_turns_from(std::shared_ptr<slot_turn> turn) noexcept {
 }
 
 bool slot_turn::awaiter::await_ready() noexcept {
-  std::lock_guard guard(turn_.mutex_);
-  return turn_.predecessor_ended_;
+  {
+    std::lock_guard guard(turn_.mutex_);
+    if (!turn_.predecessor_ended_) return false;
+  }
+  // Ended: go on at once, unless the cooperative budget is used up (await_suspend yields).
+  return cooperative_await::may_complete_inline();
 }
 
 bool slot_turn::awaiter::await_suspend(std::coroutine_handle<> h) {
   spawned_task_base* t = spawned_task_base::current();
   if (t == nullptr) throw usage_error("spindle: a slot's occupant must be a spawned task");
   t->set_resume_point(h);
-  std::lock_guard guard(turn_.mutex_);
-  if (turn_.predecessor_ended_) return false;
-  turn_.waiter_ = t;
-  waiting_ = true;  // under the lock: the waker cannot wake us before this is written
-  return true;
+  {
+    std::lock_guard guard(turn_.mutex_);
+    if (!turn_.predecessor_ended_) {
+      turn_.waiter_ = t;
+      waiting_ = true;  // under the lock: the waker cannot wake us before this is written
+      return true;
+    }
+  }
+  // Ended: the yield (budget used up, C6) comes after the unlock, as the task may resume at once.
+  return cooperative_await::yield_if_exhausted(*t, h);
 }
 
 slot_turn::awaiter::~awaiter() {

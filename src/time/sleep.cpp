@@ -40,7 +40,10 @@ bool timer_wait::await_ready() {
   if (t == nullptr || t->host().timers_here() == nullptr) {
     throw usage_error("spindle: sleeping needs a task running on a runtime or embedded executor");
   }
-  return deadline_ <= t->host().clock().now();
+  if (deadline_ > t->host().clock().now()) return false;
+  passed_ = true;
+  // Passed: completes at once, unless the cooperative budget is used up (await_suspend yields).
+  return cooperative_await::may_complete_inline();
 }
 
 bool timer_wait::await_suspend(std::coroutine_handle<> h) {
@@ -49,6 +52,11 @@ bool timer_wait::await_suspend(std::coroutine_handle<> h) {
   if (!t->begin_registration()) {
     cancelled_ = true;  // cancellation already requested: do not suspend, await_resume throws
     return false;
+  }
+  if (passed_) {
+    // The deadline has passed but the budget is used up: yield instead of arming (C6).
+    t->end_registration(nullptr);
+    return cooperative_await::yield_if_exhausted(*t, h);
   }
   // Everything the waker and the resumed task read is written before the entry is armed.
   task_ = t;

@@ -6,6 +6,7 @@
 // Executors never sleep on a manual clock's deadlines: they park until advanced or notified.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -64,6 +65,18 @@ inline std::uint64_t monotonic_nanoseconds() noexcept {
                            std::chrono::steady_clock::now().time_since_epoch())
                            .count());
 }
+
+// The running thread's view of its runtime's coarse clock (runtime_monitor.hpp), for code that
+// bounds a slice in time without reading a clock: `now` is null on threads that are not workers
+// of a runtime (plain threads, an embedded executor's host thread). Set by the executor's loop.
+struct slice_clock {
+  const std::atomic<std::uint64_t>* now = nullptr;
+  std::uint64_t length_ns = 0;  // the runtime's service interval
+  std::uint64_t read() const noexcept {
+    return now->load(std::memory_order_relaxed);  // relaxed: a sample of the time
+  }
+};
+inline thread_local slice_clock current_slice_clock;
 
 // xorshift32 step: a cheap owner-only random source, good enough to pick victims.
 inline std::uint32_t next_xorshift(std::uint32_t& state) noexcept {

@@ -15,21 +15,30 @@
 //   0. the mailbox (inter-executor messages, docs/design/messaging.md): one relaxed load when
 //      empty; otherwise every message is delivered (and every returned one reclaimed) before
 //      anything else runs;
-//   1. every `injector_check_interval` iterations, the own injector shard first (so remote work
-//      cannot starve behind a busy local queue);
-//   2. the inbox (runnables sent to this executor specifically);
-//   3. the local queue, newest first (at the step-1 checks, the oldest instead if it has been
-//      the oldest for `local_fairness_interval` iterations);
-//   4. the injector: own shard, then the others;
-//   5. stealing (bounded number of concurrent searchers, random victims; first one item from
-//      the victims' offer boards, then half of a local queue; exponential backoff between
-//      rounds; when executors are bound to a multi-domain machine, victims nearest first:
-//      same cache domain, then same NUMA node, then the rest, topology.hpp);
-//   6. park (parking protocol in runtime_core / docs/design/parking.md); while another
-//      executor is awake, at most for the stuck-owner check interval (executor-loop.md).
-// After every `budget` runnables, and whenever the local queue runs dry, the executor polls its
-// reactor (submits queued I/O in one batch, runs completions); after every `budget` runnables it
-// also fires due timers, even if work is still queued.
+//   1. a pinned runnable that yielded (an actor wheel's turn), if a service found it owed a turn;
+//   2. every `injector_check_interval` iterations, the fairness checks: the oldest local item if
+//      it has been the oldest for `local_fairness_interval` iterations, else ONE item of the own
+//      injector shard (one, so that remote work never buries woken tasks), else a pinned
+//      runnable that yielded;
+//   3. the inbox (runnables sent to this executor specifically);
+//   4. the local queue, newest first;
+//   5. the reactor when I/O is in flight; the injector: own shard, in a batch;
+//   6. a pinned runnable that yielded (no task work left here: the wheel goes on);
+//   7. rescue: due timers and queued work of executors stuck in a long runnable (the monitor,
+//      runtime_monitor.hpp, flags them);
+//   8. stealing (bounded number of concurrent searchers, random victims; first one item from
+//      the victims' offer boards, then half of a local queue, all of it from an executor in a
+//      long runnable; exponential backoff between rounds; when executors are bound to a
+//      multi-domain machine, victims nearest first: same cache domain, then same NUMA node,
+//      then the rest, topology.hpp);
+//   9. park (parking protocol in runtime_core / docs/design/parking.md) until notified or the
+//      next timer deadline.
+// Service (docs/design/time-slicing.md): after every `budget` runnables, and after any runnable
+// that ends at least `service_interval` of busy time after the last service (read on the
+// monitor's coarse clock: one relaxed load per runnable), the executor fires due timers, polls
+// its reactor (submits queued I/O in one batch, runs completions), rescues stuck executors'
+// timers, and owes a pinned yielded runnable a turn. Code that runs long inside one runnable
+// (fork-join) calls service_point() at its natural pauses for the same effect.
 #pragma once
 
 #include <atomic>
@@ -40,6 +49,7 @@
 
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/executor_mailbox.hpp"
+#include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/local_queue.hpp"
 #include "spindle/core/offer_board.hpp"
 #include "spindle/core/parker.hpp"
@@ -59,9 +69,13 @@ struct executor_stats {
   std::atomic<std::uint64_t> parks{0};
   std::atomic<std::uint64_t> budget_exhaustions{0};
   std::atomic<std::uint64_t> timers_fired{0};
-  std::atomic<std::uint64_t> busy_nanoseconds{0};  // time spent not parked
+  std::atomic<std::uint64_t> services{0};           // services (timers, I/O, rescue)
+  std::atomic<std::uint64_t> rescues{0};            // stuck executors' timers/work taken over
+  // Written by the runtime monitor (runtime_monitor.hpp), not by the executor:
+  std::atomic<std::uint64_t> busy_nanoseconds{0};  // time spent not parked, as last sampled
   // Utilisation over the last sampling window, in parts per 65536 (see load.md):
-  // busy time / wall time, smoothed with an exponential moving average.
+  // busy time / wall time, smoothed with an exponential moving average; includes the current
+  // unfinished runnable, so an executor stuck in one runnable reads as busy.
   std::atomic<std::uint32_t> utilisation{0};
 };
 
@@ -97,8 +111,19 @@ class executor {
   // The executor's reactor (I/O and parking). Owner-only except for unpark (reactor.hpp).
   reactor& io() noexcept { return *reactor_; }
   const executor_stats& stats() const noexcept { return stats_; }
-  // Queued work as seen by P2C placement: local queue + own injector shard + inbox backlog.
+  // Load as P2C placement compares it (load.md): queued work (local queue + own injector shard +
+  // inbox backlog) weighted 4 per item, plus utilisation in quarters (0..4), plus 64 while the
+  // executor is in a long runnable (new work there would wait for it).
   std::uint32_t load() const noexcept;
+  // Set by the runtime monitor while this executor has been inside one runnable for longer than
+  // runtime_options::long_runnable_after (relaxed: a hint for thieves and placement).
+  bool in_long_runnable() const noexcept {
+    return in_long_runnable_.load(std::memory_order_relaxed);
+  }
+  // Busy time (not parked) up to `now`, including the current awake stretch (monitor).
+  std::uint64_t busy_nanoseconds_until(std::uint64_t now) const noexcept;
+  // Due timers or queued work that another executor could take over (monitor, rescuers).
+  bool has_rescuable_work() const noexcept;
 
   // The executor running on this thread, or null on threads that are not workers.
   static executor* current() noexcept;
@@ -120,12 +145,21 @@ class executor {
 
   // Owner thread: pushes from the running task (spawn/wake -> newest end, yield -> oldest end).
   void push_local(runnable* r, schedule_hint hint) noexcept;
+  // Owner thread: a runnable that must run on this executor (an actor wheel's turn) gives up the
+  // CPU; it runs again when the local queue is dry, at the next fairness check, or at the next
+  // service, whichever comes first (a peer of the local queue, not ahead of it).
+  void yield_pinned(runnable* r) noexcept;
+  // Owner thread, from inside a runnable that runs long (fork-join heartbeats): if a service
+  // interval has passed since the last service, fires due timers, polls the reactor and makes
+  // what that woke available to idle executors. Must not be called from reactor callbacks.
+  void service_point() noexcept;
 
   // Entry point of the worker thread.
   void run_loop() noexcept;
 
  private:
   friend class runtime_core;
+  friend class runtime_monitor;
   // Worker thread, before its loop: binds to the placement's CPU when there is one.
   void bind_thread() noexcept;
   runnable* next_runnable() noexcept;
@@ -141,11 +175,9 @@ class executor {
   runnable* take_offer(std::uint32_t start) noexcept;
   void park() noexcept;
   void run_one(runnable* r) noexcept;
-  void end_of_budget() noexcept;
+  void service() noexcept;
   void fire_timers() noexcept;
-  void observe_progress() noexcept;
-  runnable* steal_from_stuck_owners() noexcept;
-  void update_utilisation(std::uint64_t now_ns) noexcept;
+  runnable* rescue_others() noexcept;
   std::uint32_t next_random() noexcept;
   void overflow(runnable** items, std::uint32_t count) noexcept;
 
@@ -162,13 +194,21 @@ class executor {
   executor_mailbox_stats message_stats_;
   // Senders write this line (push) and read it (the parking flag): its own cache line.
   alignas(cache_line_size) executor_mailbox mailbox_;
-  // Number of the runnable last completed, for the stuck check (single writer, sampled).
+  // Published for the runtime monitor (single writer: this executor; sampled):
+  // the loop iteration of the runnable last completed, when the current awake stretch began
+  // (0 while parked), and busy time before it.
   alignas(cache_line_size) std::atomic<std::uint64_t> progress_{0};
+  std::atomic<std::uint64_t> awake_since_ns_{0};
+  std::atomic<std::uint64_t> busy_total_ns_{0};
+  // Written by the monitor (see in_long_runnable()).
+  std::atomic<bool> in_long_runnable_{false};
 
   // Owner-only state.
   executor_message_pool message_pool_;
   runnable* inbox_backlog_ = nullptr;  // taken from the inbox, not yet run (FIFO via next)
-  std::vector<std::uint64_t> observed_progress_;  // other executors' progress at last park
+  intrusive_fifo<runnable, &runnable::next> pinned_yielded_;  // yield_pinned, FIFO
+  bool pinned_turn_owed_ = false;  // a service passed since a pinned yielded runnable last ran
+  std::uint64_t last_service_ns_ = 0;  // coarse clock at the last service
   std::uint64_t tick_ = 0;
   std::uint32_t until_injector_check_ = 1;  // iterations left before the fairness checks
   std::uint16_t oldest_position_seen_ = 0;  // local queue position of the oldest item last seen
@@ -176,9 +216,7 @@ class executor {
   std::uint32_t budget_used_ = 0;
   std::uint32_t random_state_;
   bool is_searching_ = false;
-  std::uint64_t window_start_ns_ = 0;
-  std::uint64_t window_busy_ns_ = 0;
-  std::uint64_t busy_since_ns_ = 0;
+  std::uint64_t awake_since_owner_ns_ = 0;  // owner's copy of awake_since_ns_
 };
 
 }  // namespace spindle::core

@@ -67,6 +67,7 @@
 #include "spindle/core/executor.hpp"
 #include "spindle/core/injector.hpp"
 #include "spindle/core/runnable.hpp"
+#include "spindle/core/runtime_monitor.hpp"
 #include "spindle/core/topology.hpp"
 
 namespace spindle::core {
@@ -78,6 +79,13 @@ struct runtime_options {
   std::uint32_t max_executors = 256;
   // Runnables an executor runs before it must fire timers / poll I/O (seed 003 default).
   std::uint32_t budget = 64;
+  // Busy time after which an executor services its timers, I/O and pinned yielded work even if
+  // `budget` runnables have not run yet (time-slicing.md). Also the actors' time slice and the
+  // monitor's tick (a quarter of it). At least 100 µs.
+  std::chrono::nanoseconds service_interval = std::chrono::milliseconds(1);
+  // An executor inside one runnable for this long is "in a long runnable": others take over its
+  // due timers and queued work (runtime_monitor.hpp). At least the service interval.
+  std::chrono::nanoseconds long_runnable_after = std::chrono::milliseconds(2);
   // The loop checks its injector shard first every `injector_check_interval` iterations
   // (fairness to remote work). At the same checks it looks at its oldest local item: if that
   // item has been the oldest for `local_fairness_interval` iterations (it is starving behind a
@@ -182,14 +190,31 @@ class runtime_core final : public scheduler {
     return std::uint32_t(idle_state_.load(std::memory_order_relaxed));
   }
   void unpark_all() noexcept;
-  // Makes sure some parked executor parks with the stuck-owner check (a bounded timeout) while
-  // work sits in an awake executor's queue: wakes one sleeper (not as a searcher) if no parked
-  // executor is watching. Cheap when one is (one relaxed load).
-  void ensure_watcher() noexcept;
+  // The monitor's coarse clock (runtime_monitor.hpp): steady-clock nanoseconds, at most one
+  // monitor tick (service_interval / 4) old while any executor is awake. Real time, never the
+  // injected clock: it measures busy time. One relaxed load.
+  std::uint64_t coarse_now_ns() const noexcept {
+    return coarse_now_ns_.load(std::memory_order_relaxed);  // relaxed: a sample of the time
+  }
+  std::uint64_t service_interval_ns() const noexcept { return service_interval_ns_; }
+  // Executors in a long runnable right now (monitor writes; a hint).
+  std::uint32_t long_runnable_count() const noexcept {
+    return long_runnables_.load(std::memory_order_relaxed);
+  }
+  // The monitor thread, for tests and diagnostics.
+  const runtime_monitor& monitor() const noexcept { return *monitor_; }
 
  private:
   friend class executor;
+  friend class runtime_monitor;
   std::uint32_t append_executor();
+  // The unparked count with seq_cst (the monitor's side of its idle handshake).
+  std::uint32_t unparked_count_seq_cst() const noexcept {
+    return std::uint32_t(idle_state_.load(std::memory_order_seq_cst));
+  }
+  // An executor stopped parking at `now_ns`: the coarse clock catches up if the monitor slept,
+  // and the monitor is woken if it sleeps because everyone was parked.
+  void executor_awake(std::uint64_t now_ns) noexcept;
   void start_thread(std::uint32_t index);
 
   // Idle coordination (see above).
@@ -229,8 +254,11 @@ class runtime_core final : public scheduler {
   // cleared by that executor when it wakes. Guarded by sleepers_mutex_.
   std::vector<std::uint8_t> woken_as_searcher_;
 
-  // Parked executors whose park is bounded by the stuck-owner check interval (a hint).
-  std::atomic<std::uint32_t> watchers_{0};
+  // Time slicing (runtime_monitor.hpp).
+  const std::uint64_t service_interval_ns_;
+  alignas(cache_line_size) std::atomic<std::uint64_t> coarse_now_ns_{0};
+  std::atomic<std::uint32_t> long_runnables_{0};
+  std::unique_ptr<runtime_monitor> monitor_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
   std::atomic<bool> shut_down_{false};

@@ -41,9 +41,12 @@
 // An execute phase takes its first task from `oldest` when that is not empty, then `newest`
 // first: whatever waits at the oldest end runs within a phase or two, however busy the newest
 // end keeps itself (the runtime checks its injector periodically for the same reason).
-// A tick runs at most `tasks_per_tick` tasks; if work is left it asks for re-entry. At its end
-// it tells the host when the next timer is due (tick_at). So the host's loop stays responsive
-// however much work is queued, and a task is never resumed while its own run is on the stack.
+// A tick runs at most `tasks_per_tick` tasks, and when the host set `time_per_tick`, starts no
+// task once that much real time has passed since the tick began; if work is left it asks for
+// re-entry. At its end it tells the host when the next timer is due (tick_at). So the host's loop
+// stays responsive however much work is queued, and a task is never resumed while its own run
+// is on the stack. A task holds a tick only for one run: a task whose awaits never suspend
+// still yields when its cooperative budget is used up (task/spawned_task.hpp).
 //
 // Blocks (E5, the seed's "main block"). A spawned task is blocked from the moment it suspends
 // in an execute phase until a service phase takes its wake-up (from the request list or the
@@ -93,6 +96,11 @@ struct embedded_options {
   std::uint32_t tasks_per_tick = 256;
   // At most this many tasks run between two service phases.
   std::uint32_t tasks_per_execute_phase = 32;
+  // Real time a tick may spend running tasks: once it has passed, the tick starts no further
+  // task, ends with a service phase and asks for re-entry, as when tasks_per_tick runs out. A
+  // running task is not interrupted, so a tick may overrun by one task's run. Measured on the
+  // steady clock, not the integration's now() (embedded.md says why). Zero: no time bound.
+  clock_duration time_per_tick = clock_duration::zero();
 };
 
 // Counters since construction. statistics() and has_ready_work() belong to the ticking thread
@@ -106,6 +114,8 @@ struct embedded_statistics {
   // made outside a tick (even on the host's own thread).
   std::uint64_t foreign_wakes = 0;
   std::uint64_t timers_fired = 0;
+  // Ticks that stopped running tasks because time_per_tick had passed.
+  std::uint64_t ticks_out_of_time = 0;
   std::uint64_t live_tasks = 0;       // spawned and not completed
   std::uint64_t queued_tasks = 0;     // on the run queue or the request list
   // Live tasks neither queued nor running: blocked on something (the seed's main block set).
@@ -190,7 +200,9 @@ class embedded_executor final : private ::spindle::detail::task_host {
   // re-entry argument in integration.hpp); every service phase that ends a tick fires timers.
   enum class service_kind { first, middle, last };
   void service(service_kind kind) noexcept;
-  std::uint32_t execute(std::uint32_t limit) noexcept;  // returns how many ran
+  // Runs up to `limit` tasks; returns how many ran. Stops early, setting `out_of_time`, once the
+  // steady clock reaches `deadline` (nanoseconds, core::monotonic_nanoseconds; 0: no deadline).
+  std::uint32_t execute(std::uint32_t limit, std::uint64_t deadline, bool& out_of_time) noexcept;
   void observe(phase p) noexcept {
     if (phase_observer_ != nullptr) phase_observer_(phase_context_, p);
   }

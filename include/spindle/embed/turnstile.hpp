@@ -107,10 +107,10 @@ task<turnstile_result_t<Poll>> turnstile(Poll poll) {
   for (;;) {
     block->begin_poll();
     if (auto ready = poll(w)) co_return std::move(*ready);
+    // A poll that wakes itself every time (a "yield by self-wake") never blocks here: the wait
+    // still counts against the cooperative budget and yields when it is used up, so the rest of
+    // the executor runs (and the host's tick ends).
     co_await block->wait();
-    // A poll that wakes itself every time (a "yield by self-wake") never suspends above: the
-    // cooperative budget still lets the rest of the executor run (and the host's tick end).
-    if (::spindle::detail::consume_cooperative_budget()) co_await yield_now();
   }
 }
 

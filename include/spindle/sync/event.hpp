@@ -34,7 +34,10 @@ class event {
    public:
     explicit wait_awaiter(event& e) noexcept : event_(e) {}
     ~wait_awaiter() { abandon_wait(); }
-    bool await_ready() const noexcept { return event_.is_set(); }
+    // Set: completes at once, unless the cooperative budget is used up (await_suspend yields).
+    bool await_ready() const noexcept {
+      return event_.is_set() && detail::cooperative_await::may_complete_inline();
+    }
     bool await_suspend(std::coroutine_handle<> h) {
       return suspend_on(h, event_.state_lock(), event_.waiters_, [this](detail::wake_list&) {
         // relaxed: written only under the lock, which we hold.

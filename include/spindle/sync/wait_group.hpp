@@ -34,7 +34,10 @@ class wait_group {
    public:
     explicit wait_awaiter(wait_group& g) noexcept : group_(g) {}
     ~wait_awaiter() { abandon_wait(); }
-    bool await_ready() const noexcept { return group_.count() == 0; }
+    // Zero: completes at once, unless the cooperative budget is used up (await_suspend yields).
+    bool await_ready() const noexcept {
+      return group_.count() == 0 && detail::cooperative_await::may_complete_inline();
+    }
     bool await_suspend(std::coroutine_handle<> h) {
       return suspend_on(h, group_.state_lock(), group_.waiters_, [this](detail::wake_list&) {
         // relaxed: written only under the lock, which we hold.

@@ -17,6 +17,10 @@
 // Waiter states (`outcome`, written under the primitive lock while linked):
 //   none -> queued -> done | closed | cancelled       (suspended path)
 //   none -> done | closed | cancelled                 (completed without waiting)
+// An await that completes without waiting counts against its task's cooperative budget (C6,
+// task/spawned_task.hpp); with the budget used up, the task yields holding the result (a lock,
+// a permit, an item): it is then marked suspended though linked nowhere, so a frame destroyed
+// before it resumes gives the result back like one woken with it (abandon_wait).
 //
 // The primitive lock. Each primitive's state and wait queues are guarded by a std::mutex taken
 // from a static table of stripes, chosen by the primitive's address (sync_lock_for). The stripe
@@ -81,13 +85,17 @@ class sync_waiter : public cancellable_wait {
   ~sync_waiter() { abandon_wait(); }
 
   // For await_ready: runs `try_now(to_wake)` under `lock`; true if it completed the operation
-  // (it returned something other than outcome::none), and then the outcome is recorded.
+  // (it returned something other than outcome::none), and then the outcome is recorded. Counts
+  // the await against the task's cooperative budget; with the budget used up it returns false
+  // without trying (suspend_on then completes the operation and yields).
   template <class TryNow>
   bool try_complete(std::mutex& lock, TryNow&& try_now);
 
   // For await_suspend: the cancellable-wait protocol. Either completes the operation now
-  // (try_now, under `lock`) and returns false, or links this waiter into `queue` and returns
-  // true (suspend). Throws usage_error outside a spawned task.
+  // (try_now, under `lock`) and returns false, or yields holding its result if the task's
+  // cooperative budget is used up (true), or links this waiter into `queue` and returns true
+  // (suspend). A pending cancellation is delivered before anything is taken. Throws usage_error
+  // outside a spawned task.
   template <class TryNow>
   bool suspend_on(std::coroutine_handle<> h, std::mutex& lock, wait_queue& queue,
                   TryNow&& try_now);
@@ -109,7 +117,9 @@ class sync_waiter : public cancellable_wait {
   std::mutex* lock_ = nullptr;   // the lock guarding `queue_`
   wait_queue* queue_ = nullptr;  // where this waiter is (or was) linked
   outcome outcome_ = outcome::none;
-  bool suspended_ = false;  // own task only: suspended with a registration, not yet resumed
+  // Own task only: suspended with a registration (or yielding with its result, see
+  // suspend_on), not yet resumed.
+  bool suspended_ = false;
 };
 
 // Intrusive FIFO of waiters. Not locked itself: the owner's primitive lock guards it.
@@ -156,6 +166,8 @@ class wake_list {
 
 template <class TryNow>
 bool sync_waiter::try_complete(std::mutex& lock, TryNow&& try_now) {
+  // The budget is used up: no fast path; suspend_on completes the operation and yields.
+  if (!cooperative_await::may_complete_inline()) return false;
   wake_list to_wake;  // before the guard: wakes after unlocking
   std::lock_guard guard(lock);
   const outcome result = try_now(to_wake);
@@ -196,10 +208,24 @@ bool sync_waiter::suspend_on(std::coroutine_handle<> h, std::mutex& lock, wait_q
     self->end_registration(nullptr);  // try_now threw (a payload's move): nothing is linked
     throw;
   }
-  // The task may already be woken and running elsewhere; it blocks in finish_wait()'s
-  // clear_wait() until end_registration releases the task lock. Do not touch *this after it.
-  self->end_registration(completed ? nullptr : this);
-  return !completed;
+  if (!completed) {
+    // The task may already be woken and running elsewhere; it blocks in finish_wait()'s
+    // clear_wait() until end_registration releases the task lock. Do not touch *this after it.
+    self->end_registration(this);
+    return true;
+  }
+  self->end_registration(nullptr);
+  // Completed at once. With the task's budget used up it yields holding the result (C6, see
+  // cooperative_await in task/spawned_task.hpp); meanwhile it counts as suspended, though linked
+  // nowhere, so that a frame destroyed before it resumes learns from abandon_wait() that a
+  // result was handed over. Set first: once yielded the task may resume on another thread.
+  task_ = self;
+  lock_ = &lock;
+  queue_ = &queue;
+  suspended_ = true;
+  if (cooperative_await::yield_if_exhausted(*self, h)) return true;
+  suspended_ = false;
+  return false;
 }
 
 }  // namespace detail

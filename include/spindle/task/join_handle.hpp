@@ -172,7 +172,10 @@ class join_awaiter_base : public completion_waker, public cancellable_wait {
   ~join_awaiter_base() {
     if (registered_) target_->withdraw_joiner();
   }
-  bool await_ready() const noexcept { return target_->is_complete(); }
+  // Complete: at once, unless the cooperative budget is used up (await_suspend then yields).
+  bool await_ready() const noexcept {
+    return target_->is_complete() && cooperative_await::may_complete_inline();
+  }
   bool await_suspend(std::coroutine_handle<> h);
   bool try_cancel() noexcept override;
 

@@ -76,7 +76,9 @@ class completion_awaiter : public completion_waker {
   ~completion_awaiter() {
     if (registered_) target_.withdraw_joiner();
   }
-  bool await_ready() const noexcept { return target_.is_complete(); }
+  bool await_ready() const noexcept {
+    return target_.is_complete() && cooperative_await::may_complete_inline();
+  }
   bool await_suspend(std::coroutine_handle<> h);
   void await_resume() noexcept { registered_ = false; }
 

@@ -42,6 +42,7 @@
 #include <exception>
 
 #include "spindle/core/atomic.hpp"
+#include "spindle/core/clock.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/task/cancellation.hpp"
 #include "spindle/task/task_host.hpp"
@@ -198,17 +199,97 @@ class spawned_task_base : public core::runnable {
   task_extras& extras();
 };
 
-// Cooperative budget (C6): how many child awaits a task may complete inline before it must
-// yield to the scheduler even though nothing made it wait. Reset each time the task is run.
+// Cooperative budget (C6): how many awaits a task may complete without suspending before it must
+// yield to its executor even though nothing made it wait. Reset each time the task is run.
+//
+// Every await counts, as with Tokio's coop budget: awaits of child tasks (task.hpp) and every
+// primitive's await that may complete at once (a free mutex or permit, a set event, a channel
+// with items or room, a oneshot with its value, a wait_group at zero, a join of a finished task,
+// a sleep whose deadline has passed, a join_set with a completed child, wait_named with none
+// live, a turnstile notified while polling). An await that really suspends also counts, which
+// changes nothing: the budget is reset when the task runs again. I/O awaits always suspend (the
+// reactor delivers every completion from its poll, never inline from submit): nothing to count.
+//
+// The protocol of an await that may complete without suspending (cooperative_await below):
+//   - await_ready, before its fast path: `if (!cooperative_await::may_complete_inline())
+//     return false;`. False only in a spawned task whose budget is used up: the fast path does
+//     not run and the await goes through await_suspend, which makes it a suspension point;
+//   - await_suspend: the usual registration first (in an await that is a cancellation point,
+//     begin_registration delivers a pending cancellation: nothing is taken, the await throws
+//     task_cancelled; a slot's turn and the structured-cleanup join are no cancellation points).
+//     If the operation then completes at once (the resource is taken, the value received), it
+//     returns `cooperative_await::yield_if_exhausted(task, h)`: with the budget used up the task is
+//     rescheduled with the yield hint, behind whatever its executor has queued, and resumes in
+//     await_resume, which hands over what was taken. Awaits whose await_ready is always false
+//     (their fast path is in await_suspend) use complete_inline(task, h) instead, which also
+//     counts the await.
+// Take first, then yield (not yield, then try again): a resumed coroutine continues in
+// await_resume, which cannot suspend again if a retry found the resource taken, so retrying
+// would need a loop around every await or a second coroutine. What was taken is held across
+// the yield: a mutex stays locked (others queue and get it by FIFO handoff when the guard
+// unlocks), a permit or a received item is the task's. A cancellation requested during that
+// yield is not delivered by it (the result would be lost, or would have to be given back); the
+// task meets it at its next suspension point, at the latest at the next budget yield, whose
+// registration delivers it before anything is taken. A frame destroyed during the yield
+// (shutdown) gives back what it took, as for a waiter woken with its result but never resumed.
+// Outside a spawned task (a coroutine resumed by hand) nothing changes: nothing yields.
+// The budget is bounded in time too: every `cooperative_time_check` units, on a runtime worker,
+// the coarse clock (one relaxed load, runtime_monitor.hpp) is compared with the time the task
+// was last run; past the runtime's service interval the budget is spent. A task whose awaits
+// complete at once but each follow real work (a sequential dispatcher running submissions)
+// thus yields after about a millisecond, not after 128 awaits of any length.
 inline constexpr std::uint32_t cooperative_budget = 128;
+inline constexpr std::uint32_t cooperative_time_check = 16;
 inline thread_local std::uint32_t cooperative_budget_left = cooperative_budget;
+inline thread_local std::uint64_t cooperative_slice_start_ns = 0;
+
+// Called when a task starts running (spawned_task_base::run_entry): a fresh budget.
+inline void refill_cooperative_budget() noexcept {
+  cooperative_budget_left = cooperative_budget;
+  const core::slice_clock& clock = core::current_slice_clock;
+  if (clock.now != nullptr) cooperative_slice_start_ns = clock.read();
+}
 
 // Consumes one unit; true when the budget is exhausted (the caller should yield now).
 inline bool consume_cooperative_budget() noexcept {
   if (cooperative_budget_left == 0) return true;
-  --cooperative_budget_left;
+  if ((--cooperative_budget_left % cooperative_time_check) == 0) [[unlikely]] {
+    const core::slice_clock& clock = core::current_slice_clock;
+    if (clock.now != nullptr && clock.read() - cooperative_slice_start_ns >= clock.length_ns) {
+      cooperative_budget_left = 0;
+      return true;
+    }
+  }
   return false;
 }
+
+// The one place the awaits of every primitive meet the budget (the protocol above).
+struct cooperative_await {
+  // await_ready, before a fast path that completes the await at once: counts the await. False
+  // (do not run the fast path; go through await_suspend) only in a spawned task whose budget is
+  // used up. current() is read only then, so the common path is a thread-local decrement.
+  static bool may_complete_inline() noexcept {
+    return !consume_cooperative_budget() || spawned_task_base::current() == nullptr;
+  }
+  // await_suspend of `task`, the operation completed without waiting (already counted by
+  // may_complete_inline): true (suspended) after yield() if the budget is used up; false (go on
+  // at once) otherwise.
+  static bool yield_if_exhausted(spawned_task_base& task, std::coroutine_handle<> h) noexcept {
+    return cooperative_budget_left == 0 && yield(task, h);
+  }
+  // As yield_if_exhausted, for an await not counted yet (its await_ready is always false).
+  static bool complete_inline(spawned_task_base& task, std::coroutine_handle<> h) noexcept {
+    return consume_cooperative_budget() && yield(task, h);
+  }
+  // The budget's yield: reschedules `task` with the yield hint, to resume at `resume_at` after
+  // what its executor has queued. Returns true (the caller's await_suspend suspends) and must be
+  // the caller's last touch of the awaiter: the task may already be running on another thread.
+  static bool yield(spawned_task_base& task, std::coroutine_handle<> resume_at) noexcept {
+    task.set_resume_point(resume_at);
+    task.yield_to_scheduler();
+    return true;
+  }
+};
 
 }  // namespace detail
 

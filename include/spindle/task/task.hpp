@@ -9,9 +9,10 @@
 // A task<T> owns its coroutine frame; it is move-only and destroys the frame when destroyed.
 // Awaiting consumes it (co_await std::move(t) or co_await make_task()).
 //
-// The cooperative budget (C6): each await of a child task consumes one unit of the running
-// spawned task's budget; when it runs out the spawned task yields to its executor before the
-// child starts, so a task whose awaits never actually wait still lets others run.
+// The cooperative budget (C6, spawned_task.hpp): each await of a child task consumes one unit of
+// the running spawned task's budget, as every other await does; when it runs out the spawned task
+// yields to its executor before the child starts (a pending cancellation is delivered there
+// instead), so a task whose awaits never actually wait still lets others run.
 #pragma once
 
 #include <cassert>
@@ -176,9 +177,7 @@ class [[nodiscard]] task {
             cancelled = true;
             return false;  // resume the parent now; await_resume throws
           }
-          current->set_resume_point(child);
-          current->yield_to_scheduler();
-          return true;
+          return detail::cooperative_await::yield(*current, child);
         }
       }
       detail::transfer_to(child);

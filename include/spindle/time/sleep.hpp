@@ -20,7 +20,9 @@
 //   - The deadline of sleep_for(d) is fixed when sleep_for is called: now() + d (saturating).
 //   - A deadline that has already passed (d <= 0, sleep_until in the past) completes at once,
 //     without suspending; it is still a cancellation point: if the task's cancellation was
-//     requested, the await throws task_cancelled.
+//     requested, the await throws task_cancelled. It counts against the task's cooperative
+//     budget (task/spawned_task.hpp): with the budget used up the task yields to its executor
+//     instead (a loop of sleep_for(0) lets the others run).
 //   - A sleep completes at the first timer check with clock.now() >= deadline, never before; how
 //     late depends on the executor (it checks timers when idle and every `budget` runnables).
 //   - Time is the runtime's clock (runtime_options::clock): with a manual_clock sleeps are
@@ -80,6 +82,7 @@ class timer_wait : public cancellable_wait {
   spawned_task_base* task_ = nullptr;          // the waiting task, set when it suspends
   core::timer_service* service_ = nullptr;     // where entry_ was armed
   bool armed_ = false;      // suspended with entry_ armed and not yet resumed (owner-side)
+  bool passed_ = false;     // await_ready found the deadline passed (owner-side)
   bool cancelled_ = false;  // written by the winning canceller under the task lock
 };
 

@@ -1,0 +1,96 @@
+// The runtime monitor: one thread per runtime that keeps time while the workers are busy (the
+// role of Go's sysmon). Design and measurements: docs/design/time-slicing.md.
+//
+// Why a thread: no part of the runtime can be preempted (a non-goal), so time-based fairness
+// needs someone who looks at the clock while a worker is inside a runnable that does not return.
+// The workers themselves only read a word the monitor writes; they never call the clock on the
+// hot path (measured in time-slicing.md: a relaxed load of the coarse clock costs ~0.3 ns, a vDSO
+// clock_gettime ~20 ns, rdtsc ~7 ns per runnable on this machine).
+//
+// Who takes part
+//   - the monitor thread: owns `state_` (per executor: the progress it last saw and since when,
+//     the busy time it last sampled); the single writer of the runtime's coarse clock, of every
+//     executor's `utilisation` and of every executor's `in_long_runnable` flag;
+//   - executors: publish `progress` (runnables completed), `awake_since_ns` and `busy_total_ns`
+//     (executor.hpp); read the coarse clock after each runnable (service interval) and the
+//     long-runnable flags of others (stealing, rescue);
+//   - anyone: reads the coarse clock (actor slices, the cooperative budget, fork-join).
+//
+// Each tick (every service_interval / 4, at least 25 µs; the monitor sleeps between ticks):
+//   1. coarse clock: runtime_core::coarse_now_ns() := monotonic now (relaxed store; readers
+//      accept a value up to one tick old, so every time bound below holds within one tick);
+//   2. utilisation (C8, load.md): for each executor, busy time (awake, not parked) over the
+//      window since the last sample, folded into a time-weighted moving average; because busy
+//      time includes the current unfinished stretch, a runnable that never returns reads as busy
+//      from the first tick on;
+//   3. long runnables: an awake executor whose progress has not moved for `long_runnable_after`
+//      (default 2 ms) is inside one long runnable. The monitor sets its `in_long_runnable` flag
+//      (thieves may then take even its newest queued item, and P2C avoids it) and, if it has due
+//      timers or queued work, wakes a parked executor to rescue them (executor::rescue_others:
+//      it fires the stuck executor's due timers, so what they wake runs on the rescuer, and
+//      steals its queued work). The flag is cleared at the first tick that sees progress.
+//      What cannot be rescued: runnables addressed to that executor (its inbox: actor wheel turns,
+//      spawn_on) and completions of its io_uring ring (single issuer). They wait until it returns
+//      to its loop, or reaches a service point (executor::service_point, e.g. fork-join
+//      heartbeats, the cooperative budget's yields).
+// Idle: when no executor has been awake for 20 ms (utilisation has decayed) the monitor sleeps
+// until one wakes (executor::park notifies it;
+// a Dekker pair of seq_cst operations on `idle_` and the runtime's unparked count means no wake
+// is lost) or 100 ms pass.
+//
+// Lifetime: started by runtime_core::start after the executors exist, stopped and joined in
+// runtime_core::finish_shutdown before anything is drained (the monitor only reads executors
+// and their timer services, which live as long as runtime_core).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace spindle::core {
+
+class runtime_core;
+
+class runtime_monitor {
+ public:
+  explicit runtime_monitor(runtime_core& core);
+  ~runtime_monitor();
+  runtime_monitor(const runtime_monitor&) = delete;
+  runtime_monitor& operator=(const runtime_monitor&) = delete;
+
+  void start();
+  // Stops and joins the thread. Idempotent; must not be called from the monitor thread.
+  void stop() noexcept;
+  // An executor stopped parking: if the monitor sleeps because everyone was parked, wake it.
+  void executor_awake() noexcept;
+  // Ticks so far (tests use it to wait for the monitor to have looked at something).
+  std::uint64_t ticks() const noexcept { return ticks_.load(std::memory_order_relaxed); }
+
+ private:
+  struct executor_view {
+    std::uint64_t progress = 0;          // progress counter last seen
+    std::uint64_t progress_since_ns = 0; // when it was first seen at that value
+    std::uint64_t busy_ns = 0;           // busy time sampled at the start of the window
+    std::uint64_t window_start_ns = 0;
+  };
+
+  void run() noexcept;
+  void tick(std::uint64_t now) noexcept;
+  void sample_utilisation(std::uint32_t index, std::uint64_t now) noexcept;
+  void watch_progress(std::uint32_t index, std::uint64_t now) noexcept;
+  void sleep_while_all_parked() noexcept;
+
+  runtime_core& core_;
+  std::thread thread_;
+  std::vector<executor_view> views_;  // monitor thread only
+  std::atomic<std::uint64_t> ticks_{0};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::atomic<bool> idle_{false};      // the monitor sleeps because every executor is parked
+  bool stop_requested_ = false;        // guarded by mutex_
+};
+
+}  // namespace spindle::core

@@ -1,0 +1,155 @@
+// The runtime monitor (design in include/spindle/core/runtime_monitor.hpp).
+#include "spindle/core/runtime_monitor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "spindle/core/runtime_core.hpp"
+
+namespace spindle::core {
+namespace {
+
+// Shortest tick, whatever the service interval asks for: below this the monitor's own wake-ups
+// start to cost a measurable share of a core.
+constexpr std::uint64_t min_tick_ns = 25'000;
+// How long the monitor sleeps at most while every executor is parked, and how long everyone
+// must have been parked before it does (five time constants of the utilisation average).
+constexpr auto idle_sleep = std::chrono::milliseconds(100);
+constexpr std::uint64_t idle_after_ns = 20'000'000;
+// Utilisation: shortest sampling window and the moving average's time constant (load.md).
+constexpr std::uint64_t utilisation_window_ns = 1'000'000;
+constexpr std::uint64_t utilisation_time_constant_ns = 4'000'000;
+
+}  // namespace
+
+runtime_monitor::runtime_monitor(runtime_core& core) : core_(core) {}
+
+runtime_monitor::~runtime_monitor() { stop(); }
+
+void runtime_monitor::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void runtime_monitor::stop() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    stop_requested_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void runtime_monitor::executor_awake() noexcept {
+  // seq_cst: the executor's side of the Dekker pair with sleep_while_all_parked: its unparked
+  // count was raised (seq_cst) before this load, so either the monitor's re-check sees it or we
+  // see idle_ set here.
+  if (!idle_.load(std::memory_order_seq_cst)) return;
+  std::lock_guard lock(mutex_);
+  wake_.notify_all();
+}
+
+void runtime_monitor::run() noexcept {
+  const auto interval = std::uint64_t(core_.options().service_interval.count());
+  const std::uint64_t tick_ns = std::max(interval / 4, min_tick_ns);
+  std::uint64_t next_tick = monotonic_nanoseconds();
+  std::uint64_t all_parked_since = 0;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      if (stop_requested_) return;
+    }
+    const std::uint64_t now = monotonic_nanoseconds();
+    tick(now);
+    // Everyone parked: keep ticking a little longer, so that utilisation decays to idle before
+    // the monitor stops sampling, then sleep until an executor wakes.
+    if (core_.unparked_count() != 0) {
+      all_parked_since = 0;
+    } else if (all_parked_since == 0) {
+      all_parked_since = now;
+    } else if (now - all_parked_since >= idle_after_ns) {
+      sleep_while_all_parked();
+      all_parked_since = 0;
+      next_tick = monotonic_nanoseconds();
+      continue;
+    }
+    // Ticks at fixed points in time (a late tick does not push back the ones after it).
+    next_tick += tick_ns;
+    if (next_tick <= now) next_tick = now + tick_ns;
+    std::unique_lock lock(mutex_);
+    if (stop_requested_) return;
+    wake_.wait_for(lock, std::chrono::nanoseconds(next_tick - now));
+  }
+}
+
+void runtime_monitor::sleep_while_all_parked() noexcept {
+  std::unique_lock lock(mutex_);
+  // seq_cst: the monitor's side of the Dekker pair with executor_awake (see there).
+  idle_.store(true, std::memory_order_seq_cst);
+  if (!stop_requested_ && core_.unparked_count_seq_cst() == 0) {
+    wake_.wait_for(lock, idle_sleep);
+  }
+  idle_.store(false, std::memory_order_relaxed);  // relaxed: only a hint for executor_awake
+}
+
+void runtime_monitor::tick(std::uint64_t now) noexcept {
+  // relaxed: the coarse clock is a sample; readers tolerate a value one tick old.
+  core_.coarse_now_ns_.store(now, std::memory_order_relaxed);
+  ticks_.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  const std::uint32_t count = core_.executor_count();
+  if (views_.size() < count) views_.resize(count, executor_view{0, now, 0, now});
+  for (std::uint32_t i = 0; i < count; ++i) {
+    sample_utilisation(i, now);
+    watch_progress(i, now);
+  }
+}
+
+void runtime_monitor::sample_utilisation(std::uint32_t index, std::uint64_t now) noexcept {
+  executor& e = core_.executor_at(index);
+  executor_view& view = views_[index];
+  const std::uint64_t window = now - view.window_start_ns;
+  if (window < utilisation_window_ns) return;
+  const std::uint64_t busy = e.busy_nanoseconds_until(now);
+  // The executor publishes its total and its awake-since stamp separately; a sample taken
+  // between the two stores can be off by one stretch: clamp.
+  const std::uint64_t busy_in_window = busy > view.busy_ns ? busy - view.busy_ns : 0;
+  view.busy_ns = busy;
+  view.window_start_ns = now;
+  const double sample = std::min(1.0, double(busy_in_window) / double(window));
+  // Time-weighted EWMA: a window of length w moves the average by 1 - exp(-w / tau).
+  const double weight = 1.0 - std::exp(-double(window) / double(utilisation_time_constant_ns));
+  std::atomic<std::uint32_t>& published = e.stats_.utilisation;
+  const double old = published.load(std::memory_order_relaxed) / 65536.0;
+  const double updated = old + (sample - old) * weight;
+  // relaxed: single writer (this thread), sampled by readers (P2C, migration, diagnostics).
+  published.store(std::uint32_t(updated * 65536.0 + 0.5), std::memory_order_relaxed);
+  e.stats_.busy_nanoseconds.store(busy, std::memory_order_relaxed);
+}
+
+void runtime_monitor::watch_progress(std::uint32_t index, std::uint64_t now) noexcept {
+  executor& e = core_.executor_at(index);
+  executor_view& view = views_[index];
+  const std::uint64_t progress = e.progress_.load(std::memory_order_relaxed);  // relaxed: sample
+  const bool parked = e.awake_since_ns_.load(std::memory_order_relaxed) == 0;
+  if (progress != view.progress || parked) {
+    view.progress = progress;
+    view.progress_since_ns = now;
+    if (e.in_long_runnable_.load(std::memory_order_relaxed)) {
+      e.in_long_runnable_.store(false, std::memory_order_relaxed);  // relaxed: a hint
+      core_.long_runnables_.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a hint
+    }
+    return;
+  }
+  const auto threshold = std::uint64_t(core_.options().long_runnable_after.count());
+  if (now - view.progress_since_ns < threshold) return;
+  if (!e.in_long_runnable_.load(std::memory_order_relaxed)) {
+    // relaxed: a hint for thieves and P2C; stealing itself is synchronised by the queue's CAS.
+    e.in_long_runnable_.store(true, std::memory_order_relaxed);
+    core_.long_runnables_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Something it holds could run elsewhere: due timers or queued work. Wake a parked executor
+  // to rescue it (busy ones rescue at their next service, executor::service).
+  if (e.has_rescuable_work()) core_.notify_work_available();
+}
+
+}  // namespace spindle::core
