@@ -130,7 +130,7 @@ std::uint64_t executor::busy_nanoseconds_until(std::uint64_t now) const noexcept
 }
 
 bool executor::has_rescuable_work() const noexcept {
-  if (!local_.empty()) return true;
+  if (!local_.empty() || core_.global_injector().size(index_) != 0) return true;
   if (auto deadline = timers_.next_deadline()) return *deadline <= timers_.clock().now();
   return false;
 }
@@ -395,6 +395,12 @@ runnable* executor::rescue_others() noexcept {
     }
     if (found == nullptr) {
       found = other.local().steal_into(local_, /*include_newest=*/true);
+      // Remote work placed on its injector shard before the monitor flagged it (P2C avoids it
+      // from then on): our own fairness checks look only at our own shard.
+      if (found == nullptr) {
+        std::size_t taken = 0;
+        found = core_.global_injector().pop_batch(i, 1, taken);
+      }
       if (found != nullptr) {
         stats_.rescues.store(stats_.rescues.load(std::memory_order_relaxed) + 1,
                              std::memory_order_relaxed);
