@@ -26,6 +26,12 @@ std::atomic<std::uint64_t> live_cell_count{0};
 constexpr std::uint32_t wake_message = 1;
 constexpr std::uint32_t adopt_message = 2;
 
+// Time between two coarse-clock readings, 0 if the clock seems to have gone back (the monitor
+// and an executor catching the clock up after a park may store out of order by a tick).
+std::uint64_t elapsed_ns(std::uint64_t from, std::uint64_t to) noexcept {
+  return to > from ? to - from : 0;
+}
+
 }  // namespace
 
 // --- actor_scheduler ---------------------------------------------------------------------------
@@ -35,7 +41,13 @@ const core::runnable_vtable actor_scheduler::turn_vtable{&actor_scheduler::run_t
 
 actor_scheduler::actor_scheduler(actor_system& system, std::uint32_t executor_index)
     : system_(system),
+      core_(system.core()),
       index_(executor_index),
+      time_slice_ns_(system.time_slice_ns()),
+      // The monitor ticks every service interval / 4 (runtime_monitor.hpp; the interval is at
+      // least 100 µs, so this is never below the monitor's 25 µs floor).
+      clock_resolution_ns_(system.core().service_interval_ns() / 4),
+      cost_floor_ns_(std::max<std::uint64_t>(system.time_slice_ns() / actor_detail::cost_floor_divisor, 1)),
       turn_runnable_(this),
       random_state_(0x2545f491u * (executor_index + 1)) {}
 
@@ -55,9 +67,27 @@ void actor_scheduler::ensure_turn_queued() noexcept {
   system_.core().schedule_on(index_, &turn_runnable_);
 }
 
-void actor_scheduler::change_load(std::int32_t delta) noexcept {
-  waiting_ = std::uint32_t(std::int32_t(waiting_) + delta);
-  load_.store(waiting_, std::memory_order_relaxed);  // relaxed: a sample for other executors
+std::uint64_t actor_scheduler::coarse_now_ns() const noexcept { return core_.coarse_now_ns(); }
+
+std::uint64_t actor_scheduler::weight(const actor_cell* cell) const noexcept {
+  return std::max<std::uint64_t>(cell->cost_ns, cost_floor_ns_);
+}
+
+void actor_scheduler::publish_queued_work() noexcept {
+  // relaxed: a sample for other executors' migration decisions.
+  queued_work_published_.store(queued_work_ns_ + running_weight_, std::memory_order_relaxed);
+}
+
+void actor_scheduler::count_waiting(const actor_cell* cell) noexcept {
+  ++waiting_;
+  queued_work_ns_ += weight(cell);
+  publish_queued_work();
+}
+
+void actor_scheduler::refill(actor_cell* cell) noexcept {
+  cell->reductions_left = std::int32_t(cell->quantum);
+  cell->time_used_ns = 0;
+  cell->refilled_at_segment = segments_turned_;
 }
 
 void actor_scheduler::add_homed(actor_cell* cell) noexcept {
@@ -92,7 +122,7 @@ void actor_scheduler::wake(actor_cell* cell) noexcept {
       if (maybe_migrate(cell, /*woken=*/true)) return;
       cell->where = placement::woken;
       woken_.push_back(cell);
-      change_load(+1);
+      count_waiting(cell);
       ensure_turn_queued();
       return;
     case placement::timed_out:
@@ -100,7 +130,7 @@ void actor_scheduler::wake(actor_cell* cell) noexcept {
       // reductions it kept. Counted as waiting so the wheel keeps turning until then.
       if (!cell->woken_in_place) {
         cell->woken_in_place = true;
-        change_load(+1);
+        count_waiting(cell);
         ensure_turn_queued();
       }
       return;
@@ -112,14 +142,26 @@ void actor_scheduler::wake(actor_cell* cell) noexcept {
 void actor_scheduler::turn() noexcept {
   // One slice: the woken actors and the current segment's batch, then one segment forward.
   // Between slices the executor polls its mailbox, timers and I/O (the seed's time slice
-  // procedure), so a wake from another executor waits at most one segment.
+  // procedure), so a wake from another executor waits for the slice in progress. A slice
+  // starts no run once it has used a time slice (one coarse-clock load per run).
+  const std::uint64_t started = coarse_now_ns();
   std::uint32_t runs = 0;
   while (runs < actor_detail::actors_per_slice) {
+    if (runs != 0 && elapsed_ns(started, coarse_now_ns()) >= time_slice_ns_) {
+      stats_.slices_cut_by_time.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+      break;
+    }
     actor_cell* cell = woken_.pop_front();
     if (cell == nullptr) cell = batch_.pop_front();
     if (cell == nullptr) break;
-    change_load(-1);
+    // No longer waiting, but its weight stays in the published work while it runs (the run in
+    // progress is work others would wait for too; nothing to publish until it ends).
+    --waiting_;
+    running_weight_ = weight(cell);
+    queued_work_ns_ -= running_weight_;
     run_actor(cell);
+    running_weight_ = 0;
+    publish_queued_work();
     ++runs;
   }
   if (batch_.empty() && woken_.empty() && waiting_ != 0) advance_segment();
@@ -134,7 +176,8 @@ void actor_scheduler::turn() noexcept {
 
 void actor_scheduler::advance_segment() noexcept {
   current_ = (current_ + 1) % actor_detail::wheel_segments;
-  stats_.segments_turned.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  ++segments_turned_;
+  stats_.segments_turned.store(segments_turned_, std::memory_order_relaxed);  // relaxed: a sample
   segment& now = segments_[current_];
   // Timed-out actors first: those woken meanwhile run with the reductions they kept; the
   // others join the idle set with a fresh quantum.
@@ -142,12 +185,12 @@ void actor_scheduler::advance_segment() noexcept {
   while (actor_cell* cell = now.timed_out.pop_front()) {
     if (cell->woken_in_place) {
       cell->woken_in_place = false;
-      if (cell->reductions_left <= 0) cell->reductions_left = std::int32_t(cell->quantum);
+      if (cell->reductions_left <= 0) refill(cell);
       cell->where = placement::runnable;
       woken_timed_out.push_back(cell);  // still counted in waiting_
     } else {
       cell->where = placement::idle;
-      cell->reductions_left = std::int32_t(cell->quantum);
+      refill(cell);
     }
   }
   batch_.append(woken_timed_out);
@@ -157,8 +200,18 @@ void actor_scheduler::advance_segment() noexcept {
 void actor_scheduler::run_actor(actor_cell* cell) noexcept {
   // relaxed: Runnable -> Running is the owner's own transition; senders only CAS from Receiving.
   cell->state.store(actor_state::running, std::memory_order_relaxed);
+  // A whole turn of the wheel since its last refill: it is due a fresh quantum (A3: one per
+  // turn), whatever it has left.
+  if (segments_turned_ - cell->refilled_at_segment >= actor_detail::wheel_segments) refill(cell);
   cell->reductions_at_start = cell->reductions_left;
   stats_.actor_runs.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  // The time part of the quantum (A3): what is left of it bounds this run. Idle actors always
+  // have some left (spending it zeroes the reductions, and such an actor waits a turn).
+  const core::runtime_core& core = core_;  // in a register across the handlers' calls
+  const std::uint64_t started = core.coarse_now_ns();
+  const std::uint64_t deadline =
+      started + (time_slice_ns_ > cell->time_used_ns ? time_slice_ns_ - cell->time_used_ns : 0);
+  std::uint64_t now = started;
   std::uint64_t handled = 0;
   for (;;) {
     if (cell->private_head == nullptr) {
@@ -227,6 +280,13 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
     ++handled;
     cell->reductions_left -= std::int32_t(1 + cell->extra_charge);
     cell->extra_charge = 0;
+    // One relaxed load of the coarse clock per message. A run cut by time counts as a full
+    // quantum: the loop ends at its next look at the reductions.
+    now = core.coarse_now_ns();
+    if (now >= deadline && cell->reductions_left > 0) [[unlikely]] {
+      cell->reductions_left = 0;
+      stats_.runs_cut_by_time.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+    }
     if (crashed) {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
       halt(cell, std::move(crash), true);
@@ -239,13 +299,34 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
     }
   }
   stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);  // relaxed: statistics
+  // The run's time, charged to the quantum and folded into the actor's cost (its CPU demand
+  // per run, for migration).
+  // Most runs of chatty actors read 0 on a clock of 250 µs ticks, and cost nothing here.
+  const std::uint64_t ran_ns = elapsed_ns(started, now);
+  if (ran_ns != 0 || cell->cost_ns != 0) {
+    cell->time_used_ns += ran_ns;
+    if (cell->time_used_ns >= time_slice_ns_) cell->reductions_left = 0;  // spent over runs
+    // Moves by a quarter of the deviation, rounded away from zero: a run of cost 0 after a
+    // non-zero estimate brings it down to exactly 0 (and the fast path above back).
+    constexpr std::int64_t parts = std::int64_t(1) << actor_detail::cost_average_shift;
+    const std::int64_t deviation = std::int64_t(std::min<std::uint64_t>(ran_ns, UINT32_MAX)) -
+                                   std::int64_t(cell->cost_ns);
+    const std::int64_t step = deviation >= 0 ? (deviation + parts - 1) / parts
+                                             : (deviation - (parts - 1)) / parts;
+    cell->cost_ns = std::uint32_t(std::int64_t(cell->cost_ns) + step);
+    // relaxed: single writer, statistics.
+    stats_.busy_nanoseconds.store(stats_.busy_nanoseconds.load(std::memory_order_relaxed) + ran_ns,
+                                  std::memory_order_relaxed);
+  }
   // relaxed: the owner's own view; a racing push is caught by the re-check in place_after_run.
   const bool has_messages = cell->private_head != nullptr ||
                             cell->mailbox.load(std::memory_order_relaxed) != nullptr;
-  place_after_run(cell, has_messages);
+  running_weight_ = 0;  // from here on it is placed (and counted again if it waits)
+  place_after_run(cell, has_messages, ran_ns);
 }
 
-void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages) noexcept {
+void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages,
+                                      std::uint64_t ran_ns) noexcept {
   ++cell->runs_since_migration;
   if (has_messages) {
     if (cell->reductions_left > 0) {
@@ -253,16 +334,16 @@ void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages) noexc
       cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: owner's
       cell->where = placement::woken;
       woken_.push_back(cell);
-      change_load(+1);
+      count_waiting(cell);
       return;
     }
     // A whole quantum used (A3): a turn forward with a fresh quantum, or to another executor.
-    cell->reductions_left = std::int32_t(cell->quantum);
+    refill(cell);
     cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: owner's
     if (maybe_migrate(cell, /*woken=*/false)) return;
     cell->where = placement::runnable;
     segments_[current_].runnable.push_back(cell);  // N = wheel_segments forward: next turn
-    change_load(+1);
+    count_waiting(cell);
     return;
   }
   // The mailbox ran dry: go Receiving, then look again (the Dekker pairing with senders).
@@ -277,21 +358,29 @@ void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages) noexc
       // Undo this call's count first: the call below counts the run again, and may hand the
       // actor to another executor (after that its fields are no longer ours to touch).
       --cell->runs_since_migration;
-      place_after_run(cell, true);
+      place_after_run(cell, true, ran_ns);
       return;
     }
     // A sender won: its wake is on its way; place the actor as idle below, the wake finds it.
   }
-  // Forward by the share of a turn this run used; a whole turn once the quantum is spent (it
-  // gets fresh reductions only when the wheel reaches it).
-  const std::uint64_t quantum = std::max<std::uint32_t>(cell->quantum, 1);
-  const std::int64_t used_now =
-      std::max<std::int64_t>(cell->reductions_at_start - cell->reductions_left, 0);
-  const std::uint32_t forward =
-      cell->reductions_left <= 0
-          ? actor_detail::wheel_segments
-          : std::uint32_t((actor_detail::wheel_segments * std::uint64_t(used_now) + quantum / 2) /
-                          quantum);
+  // Forward by the share of a turn this run used, f = max(reductions fraction, time fraction);
+  // a whole turn once the quantum is spent (it gets a fresh one only when the wheel reaches
+  // it). The time fraction counts only the time surely used: the coarse reading less one tick.
+  std::uint32_t forward = actor_detail::wheel_segments;
+  if (cell->reductions_left > 0) {
+    const std::uint64_t quantum = std::max<std::uint32_t>(cell->quantum, 1);
+    const std::uint64_t used_now =
+        std::uint64_t(std::max<std::int64_t>(cell->reductions_at_start - cell->reductions_left, 0));
+    const std::uint64_t by_reductions =
+        (actor_detail::wheel_segments * used_now + quantum / 2) / quantum;
+    std::uint64_t by_time = 0;
+    if (ran_ns > clock_resolution_ns_) {
+      by_time = (actor_detail::wheel_segments * (ran_ns - clock_resolution_ns_) +
+                 time_slice_ns_ / 2) / time_slice_ns_;
+    }
+    forward = std::uint32_t(std::min<std::uint64_t>(std::max(by_reductions, by_time),
+                                                    actor_detail::wheel_segments));
+  }
   if (forward == 0) {
     cell->where = placement::idle;  // keeps its remaining reductions
     return;
@@ -309,6 +398,10 @@ bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
   }
   // relaxed: a hint; an actor starting I/O does so while running, on this thread.
   if (cell->io_in_flight.load(std::memory_order_relaxed) != 0) return false;
+  // It moves only if queued here + w >= queued there + 2 w (below), which needs at least its
+  // own weight of work queued here: nothing to sample otherwise (a chatty pair, every wake).
+  const std::uint64_t own = weight(cell);
+  if (queued_work_ns_ < own) return false;
   core::runtime_core& core = system_.core();
   const std::uint32_t count = core.executor_count();
   if (count < 2) return false;
@@ -331,19 +424,21 @@ bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
     }
     return index_;
   };
-  const std::uint32_t here = waiting_ + 1;  // this executor's load with the actor
+  // CPU demand in time (header, "Migration"): the work queued here with the actor against the
+  // least queued sample; it moves if here >= there + 2 w.
+  const std::uint64_t here = queued_work_ns_ + own;
   std::uint32_t best = index_;
-  std::uint32_t best_load = ~std::uint32_t(0);
+  std::uint64_t best_queued = ~std::uint64_t(0);
   for (std::uint32_t i = 0; i < actor_detail::migration_samples; ++i) {
     const std::uint32_t pick = candidate(core::next_xorshift(random_state_) % candidates);
     actor_scheduler* other = system_.find_scheduler(pick);
-    const std::uint32_t other_load = other != nullptr ? other->load() : 0;
-    if (other_load < best_load) {
+    const std::uint64_t other_queued = other != nullptr ? other->queued_work_ns() : 0;
+    if (other_queued < best_queued) {
       best = pick;
-      best_load = other_load;
+      best_queued = other_queued;
     }
   }
-  if (best == index_ || here < best_load + actor_detail::migration_margin) return false;
+  if (best == index_ || here < best_queued + 2 * own) return false;
   remove_homed(cell);
   cell->where = placement::migrating;
   cell->runs_since_migration = 0;
@@ -364,6 +459,8 @@ void actor_scheduler::adopt(actor_cell* cell, adopt_mode mode) noexcept {
   if (mode != adopt_mode::spawned_runnable) {
     stats_.migrations_in.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
   }
+  // Segment clocks differ between executors: its quantum counts from now on this wheel.
+  cell->refilled_at_segment = segments_turned_;
   if (mode == adopt_mode::full_quantum) {
     cell->where = placement::runnable;
     segments_[current_].runnable.push_back(cell);  // N segments forward (seed)
@@ -371,7 +468,7 @@ void actor_scheduler::adopt(actor_cell* cell, adopt_mode mode) noexcept {
     cell->where = placement::woken;
     woken_.push_back(cell);
   }
-  change_load(+1);
+  count_waiting(cell);
   ensure_turn_queued();
 }
 
@@ -449,6 +546,8 @@ void deliver_adopt(core::executor_message& message, core::executor* receiver) no
 actor_system::actor_system(core::runtime_core& core, actor_system_options options)
     : core_(core),
       options_(options),
+      time_slice_ns_(options.time_slice.count() > 0 ? std::uint64_t(options.time_slice.count())
+                                                    : core.service_interval_ns()),
       schedulers_(new std::atomic<actor_scheduler*>[core.options().max_executors]),
       scheduler_capacity_(core.options().max_executors) {
   for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {

@@ -160,7 +160,10 @@ void executor::push_local(runnable* r, schedule_hint hint) noexcept {
   if (queued >= 2) core_.notify_after_seq_cst_publish();
 }
 
-void executor::yield_pinned(runnable* r) noexcept { pinned_yielded_.push_back(r); }
+void executor::yield_pinned(runnable* r) noexcept {
+  pinned_yielded_.push_back(r);
+  pinned_yielded_since_service_ = true;
+}
 
 runnable* executor::take_from_inbox() noexcept {
   if (inbox_backlog_ == nullptr) inbox_backlog_ = inbox_.take_all();
@@ -197,6 +200,13 @@ runnable* executor::next_runnable() noexcept {
   if (pinned_turn_owed_) {
     pinned_turn_owed_ = false;
     if (runnable* r = pinned_yielded_.pop_front()) return r;
+  }
+  // A service passed: ONE item of the own injector shard (one: remote work never buries woken
+  // tasks), so remote work gets a turn per service interval whatever runs here.
+  if (injector_turn_owed_) {
+    injector_turn_owed_ = false;
+    std::size_t taken = 0;
+    if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) return r;
   }
   // A countdown rather than tick % interval: a division per runnable is measurable here.
   if (--until_injector_check_ == 0) {
@@ -331,7 +341,16 @@ void executor::run_one(runnable* r) noexcept {
 void executor::service() noexcept {
   budget_used_ = 0;
   last_service_ns_ = core_.coarse_now_ns();
-  if (!pinned_yielded_.empty()) pinned_turn_owed_ = true;
+  // Owed a turn only if it has waited a whole service interval: one that yielded since the last
+  // service (typically the wheel slice that just ended and brought this service on) waits for
+  // the local queue, the fairness check, or the next service; else a wheel whose slices last a
+  // service interval would run slice after slice and tasks only at fairness checks.
+  if (!pinned_yielded_.empty() && !pinned_yielded_since_service_) pinned_turn_owed_ = true;
+  pinned_yielded_since_service_ = false;
+  // Remote work is owed one item too: it waits about a service interval at most, even when
+  // every iteration is a long one (an actor wheel's slices last a service interval, and the
+  // wheel runs before the injector when the local queue is dry).
+  injector_turn_owed_ = true;
   stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
   fire_timers();

@@ -166,9 +166,15 @@ struct actor_cell {
   actor_cell* queue_next = nullptr;  // link in one wheel queue (FIFO)
   actor_cell* homed_previous = nullptr;  // links in the home scheduler's list of its actors
   actor_cell* homed_next = nullptr;
+  // The quantum (A3) is reductions AND time (actor_scheduler.hpp): what is left of both is kept
+  // while the actor is idle; both are refilled together (actor_scheduler::refill).
   std::int32_t reductions_left;
   std::int32_t reductions_at_start = 0;  // at the start of the current run
   const std::uint32_t quantum;
+  std::uint64_t time_used_ns = 0;        // of the current quantum, on the coarse clock
+  std::uint64_t refilled_at_segment = 0; // the home wheel's segment clock at the last refill
+  // Moving average of its run time (coarse clock): its CPU demand per run, for migration.
+  std::uint32_t cost_ns = 0;
   std::uint32_t runs_since_migration = 0;
   placement where = placement::idle;
   bool homed = false;            // in its home scheduler's list of actors

@@ -1,41 +1,80 @@
 // The scheduling wheel of one executor, and the actor system of one runtime (A3, A4, A5; seed
 // 000, "Scheduling actors", "Actor migration", "Time slice procedures"; docs/design/actors.md).
 //
+// The quantum (A3) is bounded in reductions AND in time: `quantum` reductions (one per message
+// plus what a handler charges) and a time slice (actor_system_options::time_slice, default the
+// runtime's service interval, 1 ms: Erlang's slice is about as long). Time is read on the
+// runtime monitor's coarse clock (runtime_core::coarse_now_ns: one relaxed load, at most a
+// quarter of the service interval old), once per message and once per run: never clock_gettime.
+// Both parts are kept while an actor is idle and refilled together. A run stops when either is
+// spent; a run cut by time counts as a full quantum (its reductions are zeroed).
+//
 // The wheel has `wheel_segments` segments; each holds a runnable queue and an idle timed-out
 // set. One turn of the wheel is one pass over all segments, and an actor runs for at most one
-// quantum (of reductions) per turn:
+// quantum per turn:
 //   - an actor that used its whole quantum and still has messages goes into the runnable queue
 //     a whole turn (N = wheel_segments segments) forward, with a fresh quantum;
 //   - an actor whose mailbox ran dry after using a fraction f of its quantum goes into the idle
-//     timed-out set N x f segments forward and keeps its remaining reductions (f small enough
-//     to round to 0 segments: straight to the idle set, reductions kept);
+//     timed-out set N x f segments forward and keeps what is left of its quantum (f small
+//     enough to round to 0 segments: straight to the idle set). How time enters f:
+//       f = max(reductions this run used / quantum, time this run surely used / time slice),
+//     "surely used" being the coarse reading less one coarse tick (a 2 µs run that straddles a
+//     tick reads 250 µs; charging that would send a light actor 4 segments back now and then,
+//     and its next message would wait for them). The whole reading, unbiased on average, is
+//     what the time budget is charged, so the budget still catches many short runs;
 //   - idle actors (in no queue) that receive a message are run at the first opportunity, with
-//     the reductions they have left (the `woken` queue, served before the wheel);
+//     what they have left (the `woken` queue, served before the wheel);
+//   - a whole turn after its last refill (the segment clock moved N segments), an actor gets a
+//     fresh quantum when it next runs: one quantum per turn, so an actor woken now and then (a
+//     request per millisecond) never spends a quantum it was due and waits a turn for nothing;
 //   - turning to a segment: its timed-out actors that became runnable meanwhile run first, with
-//     their preserved reductions; the others join the idle set with a fresh quantum (they have
+//     their preserved quantum; the others join the idle set with a fresh quantum (they have
 //     waited out their share); then every actor of its runnable queue runs, each at most a
 //     quantum.
 // The seed's "time slice procedure" is how these fit in the executor: the wheel is one
-// runnable (the *turn*) on its executor's inbox; one slice runs the woken actors and the current
-// segment's batch (at most `actors_per_slice` actor runs), then turns one segment. Between
-// slices the executor does the procedure's steps 1-2 itself (its loop polls its message mailbox
-// first, then the reactor: completions are routed, queued submissions go out in one batch), so
-// a wake from another executor waits at most one segment; and the
-// placement of step 3 is the rule above: Receiving -> idle set (the head of the idle list),
-// Runnable -> N segments forward (the tail of the active queue), Halted -> watchers and
-// supervisor told, actor released.
+// runnable (the *turn*); one run of that runnable (a *slice* of the wheel) runs the woken
+// actors, then the current segment's batch, and turns one segment once both are empty. A slice
+// is bounded in time too: it starts no new actor run once it has used a time slice (one
+// coarse-clock load per run; nor after `actors_per_slice` runs), so it lasts at most two time
+// slices (its last run may take a whole one), and with CPU-hungry actors one run, one time
+// slice. The turn then yields as a peer of the executor's local queue (executor::yield_pinned):
+// it runs again when the local queue is dry, at the executor's fairness checks, or when it has
+// waited a whole service interval; so tasks, timers and I/O on the same executor get the CPU
+// between slices, and the wheel gets it between their runnables. Between slices the executor
+// does the procedure's steps 1-2 itself (its loop polls its message mailbox first, then the
+// reactor: completions are routed, queued submissions go out in one batch), and step 3's
+// placements are the rules above: Receiving -> idle set (the head of the idle list), Runnable
+// -> N segments forward (the tail of the active queue), Halted -> watchers and supervisor told,
+// actor released.
+//
+// When an idle actor becomes runnable (first opportunity, within one quantum): a wake from its
+// own executor (a handler or a task there sends to it) puts it in the woken queue at once; a
+// wake from another executor or a plain thread is an executor message, delivered at the
+// executor's next loop iteration, i.e. after the slice or task in progress. Either way it runs
+// at the head of the next slice (woken first), or of the current one if the wake came from
+// inside it. If the wheel was quiet (nothing waiting, no turn queued), the wake queues the turn
+// on the executor's inbox (schedule_on), which the loop takes before its local queue; else the
+// turn is already waiting as a pinned yield. So the wait is the slice in progress (at most two
+// time slices, one with hungry actors) plus what the executor runs between slices (bounded by
+// its fairness check and one service interval).
 //
 // Migration (A5): after a full quantum, and when an idle actor becomes runnable, the owner
-// compares its load (actors in its wheel) with `migration_samples` random executors (drawn
-// among the executors of the actor's domain when it has one: spawn_options::domain) and hands
-// the actor to the least loaded one if that one has at least `migration_margin` fewer
-// (hysteresis), the actor is not pinned, has no I/O in flight and ran at least
+// compares CPU demand, in time, with `migration_samples` random executors (drawn among the
+// executors of the actor's domain when it has one: spawn_options::domain). The demand of a
+// wheel is the work queued in it: the sum, over the actors waiting there (runnable, woken, or
+// timed out with a message), of their weight w = max(cost, cost floor), cost being the moving
+// average of an actor's run time on the coarse clock and the floor a sixteenth of the time
+// slice (so actors too cheap to measure count as actors, and a count balance remains among
+// them). With w the actor's own weight, it moves to the least loaded sample when
+//       queued here + w >= queued there + 2 w
+// (hysteresis: after the move the target holds no more than the source did, so moving back
+// does not pay; with less than w queued here nothing is sampled), the actor is not pinned, has no I/O in flight and ran at least
 // `migration_cooldown_runs` times since it last moved. The handover is an inter-executor
 // message (M1): the receiving executor schedules it N segments forward (or at once if it was
 // woken).
 //
 // Ownership: everything in actor_scheduler is touched only by its executor's thread, except
-// `load` and the statistics (single writer, anyone reads).
+// the published queued work and the statistics (single writer, anyone reads).
 //
 // Shutdown (runtime shutdown step 6, after tasks were abandoned; no worker runs any more):
 //   1. adopt messages still in flight were handed over as orphans (executor message delivered
@@ -47,12 +86,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "spindle/actor/actor_cell.hpp"
+#include "spindle/core/atomic.hpp"
 #include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/runnable.hpp"
 
@@ -67,8 +108,11 @@ namespace actor_detail {
 inline constexpr std::uint32_t wheel_segments = 16;
 inline constexpr std::uint32_t actors_per_slice = 64;
 inline constexpr std::uint32_t migration_samples = 2;
-inline constexpr std::uint32_t migration_margin = 2;
 inline constexpr std::uint32_t migration_cooldown_runs = 4;
+// An actor's weight in its wheel's queued work is at least time slice / cost_floor_divisor.
+inline constexpr std::uint32_t cost_floor_divisor = 16;
+// The run-time moving average moves by 1 / 2^cost_average_shift of each new run's deviation.
+inline constexpr std::uint32_t cost_average_shift = 2;
 
 // A FIFO of actors linked through queue_next (owner-only).
 using actor_queue = core::intrusive_fifo<actor_cell, &actor_cell::queue_next>;
@@ -88,6 +132,9 @@ struct actor_scheduler_stats {
   std::atomic<std::uint64_t> actor_runs{0};
   std::atomic<std::uint64_t> messages_handled{0};
   std::atomic<std::uint64_t> segments_turned{0};
+  std::atomic<std::uint64_t> runs_cut_by_time{0};    // runs that spent the time slice
+  std::atomic<std::uint64_t> slices_cut_by_time{0};  // wheel slices that stopped on time
+  std::atomic<std::uint64_t> busy_nanoseconds{0};    // actor runs, on the coarse clock
   std::atomic<std::uint64_t> migrations_out{0};
   std::atomic<std::uint64_t> migrations_in{0};
   std::atomic<std::uint64_t> halted{0};
@@ -102,9 +149,14 @@ class actor_scheduler {
   actor_scheduler& operator=(const actor_scheduler&) = delete;
 
   std::uint32_t index() const noexcept { return index_; }
-  // Actors waiting in this wheel (runnable, woken, or timed out with a message): the load
-  // others compare with (A5). Relaxed: a sample.
-  std::uint32_t load() const noexcept { return load_.load(std::memory_order_relaxed); }
+  // Work queued in this wheel, in nanoseconds: the sum of the weights of the actors waiting
+  // (runnable, woken, or timed out with a message) and of the one running; the CPU demand
+  // migration compares (A5).
+  std::uint64_t queued_work_ns() const noexcept {
+    return queued_work_published_.load(std::memory_order_relaxed);  // relaxed: a sample
+  }
+  // Actors waiting in this wheel (owner thread; tests and diagnostics).
+  std::uint32_t waiting() const noexcept { return waiting_; }
   const actor_scheduler_stats& stats() const noexcept { return stats_; }
   // Segments turned so far (owner writes, anyone samples): the wheel's clock.
   std::uint64_t segment_clock() const noexcept {
@@ -131,12 +183,22 @@ class actor_scheduler {
   void turn() noexcept;
   void advance_segment() noexcept;
   void run_actor(actor_detail::actor_cell* cell) noexcept;
-  void place_after_run(actor_detail::actor_cell* cell, bool has_messages) noexcept;
+  void place_after_run(actor_detail::actor_cell* cell, bool has_messages,
+                       std::uint64_t ran_ns) noexcept;
   bool maybe_migrate(actor_detail::actor_cell* cell, bool woken) noexcept;
   void halt(actor_detail::actor_cell* cell, exit_reason reason, bool notify) noexcept;
   void add_homed(actor_detail::actor_cell* cell) noexcept;
   void remove_homed(actor_detail::actor_cell* cell) noexcept;
-  void change_load(std::int32_t delta) noexcept;
+  // A fresh quantum (reductions and time), stamped with the segment clock.
+  void refill(actor_detail::actor_cell* cell) noexcept;
+  // The actor's weight in the queued work: max(cost, floor).
+  std::uint64_t weight(const actor_detail::actor_cell* cell) const noexcept;
+  // The actor starts waiting in this wheel (counted in waiting_ and the queued work; turn()
+  // takes it out when it runs). Its weight does not change while it waits (cost_ns changes
+  // only when it runs).
+  void count_waiting(const actor_detail::actor_cell* cell) noexcept;
+  void publish_queued_work() noexcept;
+  std::uint64_t coarse_now_ns() const noexcept;
 
   struct segment {
     actor_detail::actor_queue runnable;
@@ -144,24 +206,36 @@ class actor_scheduler {
   };
 
   actor_system& system_;
+  core::runtime_core& core_;
   const std::uint32_t index_;
+  const std::uint64_t time_slice_ns_;        // the time part of a quantum; a slice's budget
+  const std::uint64_t clock_resolution_ns_;  // one tick of the coarse clock
+  const std::uint64_t cost_floor_ns_;        // time_slice / cost_floor_divisor
   turn_type turn_runnable_;
   bool turn_queued_ = false;
   segment segments_[actor_detail::wheel_segments];
   std::uint32_t current_ = 0;
+  std::uint64_t segments_turned_ = 0;  // the segment clock (owner's copy of the statistic)
   actor_detail::actor_queue woken_;
   actor_detail::actor_queue batch_;  // the current segment's actors still to run this turn
   // Actors in a runnable queue, the batch or the woken queue, plus timed-out ones that became
   // runnable: the wheel keeps turning while this is non-zero.
   std::uint32_t waiting_ = 0;
-  std::atomic<std::uint32_t> load_{0};
-  actor_detail::actor_cell* homed_head_ = nullptr;
+  std::uint64_t queued_work_ns_ = 0;  // sum of the waiting actors' weights
+  std::uint64_t running_weight_ = 0;  // the weight of the actor running now (0 between runs)
+  // Read by other executors (migration): its own cache line, away from the owner's hot fields.
+  alignas(core::cache_line_size) std::atomic<std::uint64_t> queued_work_published_{0};
+  alignas(core::cache_line_size) actor_detail::actor_cell* homed_head_ = nullptr;
   std::uint32_t random_state_;
   actor_scheduler_stats stats_;
 };
 
 struct actor_system_options {
   std::uint32_t quantum = 1000;  // reductions per turn (A3); one per message unless charged
+  // The time part of a quantum, and a wheel slice's budget (A3). Zero: the runtime's service
+  // interval (runtime_options::service_interval, 1 ms by default). Measured on the coarse
+  // clock, so bounds hold within one coarse tick (a quarter of the service interval).
+  std::chrono::nanoseconds time_slice{0};
 };
 
 // The actors of one runtime: a scheduler per executor (created on first use), ids, shutdown.
@@ -173,6 +247,8 @@ class actor_system {
 
   core::runtime_core& core() const noexcept { return core_; }
   const actor_system_options& options() const noexcept { return options_; }
+  // The time slice in nanoseconds (options().time_slice, or the service interval).
+  std::uint64_t time_slice_ns() const noexcept { return time_slice_ns_; }
   // The scheduler of executor `index`, created on first use (any thread).
   actor_scheduler& scheduler(std::uint32_t index);
   // Null if not created yet (any thread; for load sampling).
@@ -202,6 +278,7 @@ class actor_system {
  private:
   core::runtime_core& core_;
   actor_system_options options_;
+  std::uint64_t time_slice_ns_;
   std::unique_ptr<std::atomic<actor_scheduler*>[]> schedulers_;
   std::uint32_t scheduler_capacity_;
   std::atomic<actor_id> next_id_{0};

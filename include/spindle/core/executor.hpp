@@ -15,7 +15,11 @@
 //   0. the mailbox (inter-executor messages, docs/design/messaging.md): one relaxed load when
 //      empty; otherwise every message is delivered (and every returned one reclaimed) before
 //      anything else runs;
-//   1. a pinned runnable that yielded (an actor wheel's turn), if a service found it owed a turn;
+//   1. a pinned runnable that yielded (an actor wheel's turn), if a service found it owed a turn
+//      (it had waited a whole service interval: yielded before the previous service);
+//   1b. ONE item of the own injector shard, if a service passed since the last such look (so
+//      remote work waits about a service interval at most, even behind long iterations such
+//      as actor wheel slices);
 //   2. every `injector_check_interval` iterations, the fairness checks: the oldest local item if
 //      it has been the oldest for `local_fairness_interval` iterations, else ONE item of the own
 //      injector shard (one, so that remote work never buries woken tasks), else a pinned
@@ -39,7 +43,8 @@
 // that ends at least `service_interval` of busy time after the last service (read on the
 // monitor's coarse clock: one relaxed load per runnable), the executor fires due timers, polls
 // its reactor (submits queued I/O in one batch, runs completions), rescues stuck executors'
-// timers, and owes a pinned yielded runnable a turn. Code that runs long inside one runnable
+// timers, and owes a pinned yielded runnable that has waited since the previous service a turn
+// (and the own injector shard one item). Code that runs long inside one runnable
 // (fork-join) calls service_point() at its natural pauses for the same effect, and may end a
 // piece of its work early when has_waiting_work() says the loop has something else to run.
 //
@@ -168,8 +173,9 @@ class executor {
   // Owner thread: pushes from the running task (spawn/wake -> newest end, yield -> oldest end).
   void push_local(runnable* r, schedule_hint hint) noexcept;
   // Owner thread: a runnable that must run on this executor (an actor wheel's turn) gives up the
-  // CPU; it runs again when the local queue is dry, at the next fairness check, or at the next
-  // service, whichever comes first (a peer of the local queue, not ahead of it).
+  // CPU; it runs again when the local queue is dry, at the next fairness check, or at the first
+  // service after it has waited a whole service interval, whichever comes first (a peer of the
+  // local queue, not ahead of it).
   void yield_pinned(runnable* r) noexcept;
   // Owner thread, from inside a runnable that runs long (fork-join heartbeats): if a service
   // interval has passed since the last service, fires due timers, polls the reactor and makes
@@ -282,7 +288,9 @@ class executor {
   executor_message_pool message_pool_;
   runnable* inbox_backlog_ = nullptr;  // taken from the inbox, not yet run (FIFO via next)
   intrusive_fifo<runnable, &runnable::next> pinned_yielded_;  // yield_pinned, FIFO
-  bool pinned_turn_owed_ = false;  // a service passed since a pinned yielded runnable last ran
+  bool pinned_turn_owed_ = false;  // a pinned yielded runnable waited a whole service interval
+  bool pinned_yielded_since_service_ = false;  // yield_pinned was called since the last service
+  bool injector_turn_owed_ = false;  // a service passed since the injector's last owed look
   std::uint64_t last_service_ns_ = 0;  // coarse clock at the last service
   std::uint64_t tick_ = 0;
   std::uint32_t until_injector_check_ = 1;  // iterations left before the fairness checks
