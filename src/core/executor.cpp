@@ -350,7 +350,13 @@ void executor::service() noexcept {
   // Remote work is owed one item too: it waits about a service interval at most, even when
   // every iteration is a long one (an actor wheel's slices last a service interval, and the
   // wheel runs before the injector when the local queue is dry).
-  injector_turn_owed_ = true;
+  // Once per service interval of time, not per service: with a small `budget` every runnable
+  // ends in a service, and an item owed each time would put a foreign flood ahead of the tasks
+  // timers just woke (ServiceInterval.SleepingTasksKeepTickingDuringAForeignFlood).
+  if (last_service_ns_ - injector_turn_at_ns_ >= core_.service_interval_ns()) {
+    injector_turn_owed_ = true;
+    injector_turn_at_ns_ = last_service_ns_;
+  }
   stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
   fire_timers();

@@ -290,7 +290,8 @@ class executor {
   intrusive_fifo<runnable, &runnable::next> pinned_yielded_;  // yield_pinned, FIFO
   bool pinned_turn_owed_ = false;  // a pinned yielded runnable waited a whole service interval
   bool pinned_yielded_since_service_ = false;  // yield_pinned was called since the last service
-  bool injector_turn_owed_ = false;  // a service passed since the injector's last owed look
+  bool injector_turn_owed_ = false;  // a service interval passed since the injector's last owed look
+  std::uint64_t injector_turn_at_ns_ = 0;  // coarse clock when it was last owed one
   std::uint64_t last_service_ns_ = 0;  // coarse clock at the last service
   std::uint64_t tick_ = 0;
   std::uint32_t until_injector_check_ = 1;  // iterations left before the fairness checks
