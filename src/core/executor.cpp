@@ -201,13 +201,6 @@ runnable* executor::next_runnable() noexcept {
     pinned_turn_owed_ = false;
     if (runnable* r = pinned_yielded_.pop_front()) return r;
   }
-  // A service passed: ONE item of the own injector shard (one: remote work never buries woken
-  // tasks), so remote work gets a turn per service interval whatever runs here.
-  if (injector_turn_owed_) {
-    injector_turn_owed_ = false;
-    std::size_t taken = 0;
-    if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) return r;
-  }
   // A countdown rather than tick % interval: a division per runnable is measurable here.
   if (--until_injector_check_ == 0) {
     until_injector_check_ = core_.options().injector_check_interval;
@@ -219,6 +212,14 @@ runnable* executor::next_runnable() noexcept {
     if (runnable* r = pinned_yielded_.pop_front()) return r;  // fairness to the wheel
   }
   if (runnable* r = take_from_inbox()) return r;
+  // A service interval passed: ONE item of the own injector shard (one: remote work never
+  // buries woken tasks), so remote work gets a turn per service interval whatever runs here.
+  // After the inbox, which holds work queued for this executor earlier (an actor's first turn).
+  if (injector_turn_owed_) {
+    injector_turn_owed_ = false;
+    std::size_t taken = 0;
+    if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) return r;
+  }
   if (runnable* r = local_.pop()) return r;
   // Out of local work: submit what the last slices queued, route the completions (seed 000).
   if (reactor_->in_flight() != 0) {

@@ -17,14 +17,14 @@
 //      anything else runs;
 //   1. a pinned runnable that yielded (an actor wheel's turn), if a service found it owed a turn
 //      (it had waited a whole service interval: yielded before the previous service);
-//   1b. ONE item of the own injector shard, if a service passed since the last such look (so
-//      remote work waits about a service interval at most, even behind long iterations such
-//      as actor wheel slices);
 //   2. every `injector_check_interval` iterations, the fairness checks: the oldest local item if
 //      it has been the oldest for `local_fairness_interval` iterations, else ONE item of the own
 //      injector shard (one, so that remote work never buries woken tasks), else a pinned
 //      runnable that yielded;
 //   3. the inbox (runnables sent to this executor specifically);
+//   3b. ONE item of the own injector shard, if a service interval passed since the last such
+//      look (so remote work waits about a service interval at most, even behind long
+//      iterations such as actor wheel slices);
 //   4. the local queue, newest first;
 //   5. the reactor when I/O is in flight; the injector: own shard, in a batch;
 //   6. a pinned runnable that yielded (no task work left here: the wheel goes on);
