@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <thread>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -47,6 +48,10 @@ bool spin_until_or_bound(Predicate done) {
   const auto deadline = steady_clock::now() + wait_bound;
   while (!done()) {
     if (steady_clock::now() > deadline) return false;
+    // ThreadSanitizer defers asynchronous signals (the pings) until the thread enters one of
+    // its interceptors; a leaf spinning on atomics may never do so. A sleep is one, and the leaf
+    // still never forks. (CI failed TwoForkJoinBranchesThatNeverForkOverlap once under TSan.)
+    if constexpr (spindle::testing::under_tsan) std::this_thread::sleep_for(std::chrono::microseconds(1));
   }
   return true;
 }
