@@ -4,10 +4,11 @@
 //                                                tenth of the work)
 //   spindle-bench all [threads]                  every supported workload with its default
 //                                                parameter, then a short summary
-//   spindle-bench mixed <seconds> <workers>      issue 13's starvation scenarios: latency
+//   spindle-bench mixed <seconds> <workers> [scenario...]
+//                                                issue 13's starvation scenarios: latency
 //                                                figures, one line each (bench/workloads/
-//                                                mixed.cpp has the format). Not part of `all`:
-//                                                it takes 10-30 s.
+//                                                mixed.cpp has the format and the names;
+//                                                default all). Not part of `all`: 10-30 s.
 //
 // Each line: `spindle <workload> <param> <threads> <seconds> result=<value>` where a wrong result
 // is marked (WRONG), so ../shared/peers/run can put spindle beside the peers.
@@ -27,7 +28,8 @@
 #include "spindle/spindle.hpp"
 
 namespace spindle_bench {
-int run_mixed(long seconds, int workers);  // bench/workloads/mixed.cpp
+// bench/workloads/mixed.cpp; `only`: the scenarios to run by name (empty: all, and coarse).
+int run_mixed(long seconds, int workers, const std::vector<std::string>& only);
 }  // namespace spindle_bench
 
 namespace {
@@ -488,7 +490,7 @@ const std::map<std::string, workload>& workloads() {
   std::fprintf(stderr,
                "usage: %s <workload> <param> <threads>\n"
                "       %s all [threads]\n"
-               "       %s mixed <seconds> <workers>\n"
+               "       %s mixed <seconds> <workers> [scenario...]\n"
                "workloads:",
                program, program, program);
   for (const auto& [name, w] : workloads()) std::fprintf(stderr, " %s", name.c_str());
@@ -519,7 +521,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: mixed takes at most 60 seconds and 4096 workers\n", argv[0]);
       return 2;
     }
-    return spindle_bench::run_mixed(seconds, int(workers));
+    return spindle_bench::run_mixed(seconds, int(workers),
+                                    std::vector<std::string>(argv + 4, argv + argc));
   }
   if (name == "all") {
     const int threads = argc > 2 ? int(parse_positive(argv[2], "threads", argv[0]))

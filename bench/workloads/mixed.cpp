@@ -89,7 +89,7 @@
 
 namespace spindle_bench {
 
-int run_mixed(long seconds, int workers);
+int run_mixed(long seconds, int workers, const std::vector<std::string>& only);
 
 namespace {
 
@@ -556,7 +556,7 @@ void run_coarse(long seconds, std::uint32_t workers) {
 
 }  // namespace
 
-int run_mixed(long seconds, int workers) {
+int run_mixed(long seconds, int workers, const std::vector<std::string>& only) {
   using spindle::core::io_backend;
   const auto w = std::uint32_t(workers);
   std::printf("# mixed: %ld s of probing per scenario, then at most %lld s for what is "
@@ -574,8 +574,13 @@ int run_mixed(long seconds, int workers) {
   scenarios.push_back({.name = "busy-actor", .workers = 1, .busy_actor = true});
   scenarios.push_back(
       {.name = "together", .workers = w, .forkjoin = true, .flood = true, .hungry_actors = true});
-  for (const scenario& s : scenarios) run_scenario(s, seconds);
-  run_coarse(seconds, w);
+  const auto chosen = [&only](const std::string& name) {
+    return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+  };
+  for (const scenario& s : scenarios) {
+    if (chosen(s.name)) run_scenario(s, seconds);
+  }
+  if (chosen("coarse")) run_coarse(seconds, w);
   return 0;
 }
 

@@ -152,6 +152,7 @@ void actor_scheduler::turn() noexcept {
       break;
     }
     actor_cell* cell = woken_.pop_front();
+    const bool woken = cell != nullptr;
     if (cell == nullptr) cell = batch_.pop_front();
     if (cell == nullptr) break;
     // No longer waiting, but its weight stays in the published work while it runs (the run in
@@ -159,7 +160,7 @@ void actor_scheduler::turn() noexcept {
     --waiting_;
     running_weight_ = weight(cell);
     queued_work_ns_ -= running_weight_;
-    run_actor(cell);
+    run_actor(cell, woken);
     running_weight_ = 0;
     publish_queued_work();
     ++runs;
@@ -197,7 +198,7 @@ void actor_scheduler::advance_segment() noexcept {
   batch_.append(now.runnable);
 }
 
-void actor_scheduler::run_actor(actor_cell* cell) noexcept {
+void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
   // relaxed: Runnable -> Running is the owner's own transition; senders only CAS from Receiving.
   cell->state.store(actor_state::running, std::memory_order_relaxed);
   // A whole turn of the wheel since its last refill: it is due a fresh quantum (A3: one per
@@ -213,6 +214,7 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
       started + (time_slice_ns_ > cell->time_used_ns ? time_slice_ns_ - cell->time_used_ns : 0);
   std::uint64_t now = started;
   std::uint64_t handled = 0;
+  bool cut_for_woken = false;
   for (;;) {
     if (cell->private_head == nullptr) {
       // acquire: pairs with the senders' release pushes (the envelopes' contents).
@@ -286,6 +288,10 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
     if (now >= deadline && cell->reductions_left > 0) [[unlikely]] {
       cell->reductions_left = 0;
       stats_.runs_cut_by_time.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+    } else if (woken && now != started && !woken_.empty()) [[unlikely]] {
+      // A tick went by in a woken run while others are woken (header: the woken queue).
+      cut_for_woken = true;
+      stats_.woken_runs_cut.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
     }
     if (crashed) {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
@@ -297,6 +303,7 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
       halt(cell, std::move(cell->pending_exit), true);
       return;
     }
+    if (cut_for_woken) break;
   }
   stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);  // relaxed: statistics
   // The run's time, charged to the quantum and folded into the actor's cost (its CPU demand
@@ -322,13 +329,21 @@ void actor_scheduler::run_actor(actor_cell* cell) noexcept {
   const bool has_messages = cell->private_head != nullptr ||
                             cell->mailbox.load(std::memory_order_relaxed) != nullptr;
   running_weight_ = 0;  // from here on it is placed (and counted again if it waits)
-  place_after_run(cell, has_messages, ran_ns);
+  place_after_run(cell, has_messages, ran_ns, cut_for_woken);
 }
 
-void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages,
-                                      std::uint64_t ran_ns) noexcept {
+void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages, std::uint64_t ran_ns,
+                                      bool cut_for_woken) noexcept {
   ++cell->runs_since_migration;
   if (has_messages) {
+    if (cell->reductions_left > 0 && cut_for_woken) {
+      // Cut for the other woken actors: on in the current batch, after them.
+      cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: owner's
+      cell->where = placement::runnable;
+      batch_.push_back(cell);
+      count_waiting(cell);
+      return;
+    }
     if (cell->reductions_left > 0) {
       // Messages arrived while it ran (a race with the loop's last look): run it again soon.
       cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: owner's
@@ -358,7 +373,7 @@ void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages,
       // Undo this call's count first: the call below counts the run again, and may hand the
       // actor to another executor (after that its fields are no longer ours to touch).
       --cell->runs_since_migration;
-      place_after_run(cell, true, ran_ns);
+      place_after_run(cell, true, ran_ns, cut_for_woken);
       return;
     }
     // A sender won: its wake is on its way; place the actor as idle below, the wake finds it.

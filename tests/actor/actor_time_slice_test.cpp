@@ -6,6 +6,7 @@
 // timed); no test sleeps to synchronise: actors report through atomics and promises.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -262,6 +263,68 @@ TEST(ActorTimeSlice, WokenLightActorBesideHundredHungryActorsAnswers) {
     ref.send(light::message_type(1));
     ASSERT_EQ(join_bounded(rt.spawn(ask_from_task(ref)), hang), 2 * i);
   }
+}
+
+// A burst of actors woken together (freshly spawned workers, say) that turn out CPU-hungry,
+// and a light actor woken last: the hungry ones' woken runs end at a clock tick, so the light
+// one runs after a tick per actor ahead of it, not after a whole quantum each. The slice is
+// long (400 ms: service interval 400 ms, ticks of 100 ms) so that a tick and a quantum differ
+// by far more than the machine's noise; the blocker makes the wakes arrive together.
+struct hungry_counting {
+  using message_type = int;
+  std::atomic<long>* handled;
+  const std::atomic<bool>* stop;
+  std::atomic<int>* stopped;
+  void receive(int, actor_context<int>& ctx) {
+    burn_for(1ms);
+    handled->fetch_add(1);
+    if (stop->load()) {
+      ctx.stop();
+      stopped->fetch_add(1);
+      return;
+    }
+    ctx.self().send(0);
+  }
+};
+struct snapshot_taker {
+  using message_type = int;
+  const std::vector<std::atomic<long>>* counts;
+  std::atomic<long>* most_at_run;
+  void receive(int) {
+    long most = 0;
+    for (const auto& count : *counts) most = std::max(most, count.load());
+    most_at_run->store(most);
+  }
+};
+
+TEST(ActorTimeSlice, WokenActorBehindAWokenBurstWaitsTicksNotQuanta) {
+  runtime rt({.workers = 1, .service_interval = 400ms, .long_runnable_after = 10s});
+  ASSERT_EQ(spindle::actors_of(rt).time_slice_ns(), std::uint64_t(400'000'000));
+  constexpr int hungry = 4;
+  std::vector<std::atomic<long>> handled(hungry);
+  std::atomic<bool> stop{false};
+  std::atomic<int> stopped{0};
+  std::atomic<long> most_at_run{-1};
+  spawn_options time_bound;
+  time_bound.quantum = 100'000;  // the time slice ends every full run, not the reductions
+  std::vector<actor_ref<int>> refs;
+  for (int i = 0; i < hungry; ++i) {
+    refs.push_back(spawn_actor<hungry_counting>(rt, time_bound, &handled[std::size_t(i)], &stop,
+                                                &stopped));
+  }
+  auto probe = spawn_actor<snapshot_taker>(rt, &handled, &most_at_run);
+  {
+    spindle::testing::executor_blocker block(rt);
+    for (auto& ref : refs) ref.send(0);
+    probe.send(0);
+  }  // released: the five wakes are delivered together, the probe's last
+  ASSERT_TRUE(eventually([&] { return most_at_run.load() >= 0; }, hang));
+  stop.store(true);
+  ASSERT_TRUE(eventually([&] { return stopped.load() == hungry; }, hang));
+  // A whole woken run would be 300-400 messages of 1 ms (a 400 ms slice on a 100 ms clock);
+  // a run cut at the first tick is at most about 100.
+  EXPECT_LT(most_at_run.load(), 250) << "messages of one hungry actor before the probe ran";
+  EXPECT_GT(spindle::actors_of(rt).scheduler(0).stats().woken_runs_cut.load(), 0u);
 }
 
 // The wake paths of an idle actor whose executor runs a busy actor: from a plain thread (an

@@ -23,7 +23,12 @@
 //     and its next message would wait for them). The whole reading, unbiased on average, is
 //     what the time budget is charged, so the budget still catches many short runs;
 //   - idle actors (in no queue) that receive a message are run at the first opportunity, with
-//     what they have left (the `woken` queue, served before the wheel);
+//     what they have left (the `woken` queue, served before the wheel). A woken run ends when
+//     the coarse clock ticks while other woken actors wait (a woken actor turning out hungry,
+//     e.g. a burst of freshly spawned workers, must not hold a latency-sensitive one behind a
+//     whole quantum each); one so cut goes on in the current batch with what it has left. So
+//     a woken actor waits at most one tick (250 µs) per woken actor ahead of it, not a
+//     quantum;
 //   - a whole turn after its last refill (the segment clock moved N segments), an actor gets a
 //     fresh quantum when it next runs: one quantum per turn, so an actor woken now and then (a
 //     request per millisecond) never spends a quantum it was due and waits a turn for nothing;
@@ -133,6 +138,7 @@ struct actor_scheduler_stats {
   std::atomic<std::uint64_t> messages_handled{0};
   std::atomic<std::uint64_t> segments_turned{0};
   std::atomic<std::uint64_t> runs_cut_by_time{0};    // runs that spent the time slice
+  std::atomic<std::uint64_t> woken_runs_cut{0};      // woken runs cut at a tick (others woken)
   std::atomic<std::uint64_t> slices_cut_by_time{0};  // wheel slices that stopped on time
   std::atomic<std::uint64_t> busy_nanoseconds{0};    // actor runs, on the coarse clock
   std::atomic<std::uint64_t> migrations_out{0};
@@ -182,9 +188,11 @@ class actor_scheduler {
   void ensure_turn_queued() noexcept;
   void turn() noexcept;
   void advance_segment() noexcept;
-  void run_actor(actor_detail::actor_cell* cell) noexcept;
-  void place_after_run(actor_detail::actor_cell* cell, bool has_messages,
-                       std::uint64_t ran_ns) noexcept;
+  // `woken`: the actor came from the woken queue (its run ends at a tick if others are woken).
+  void run_actor(actor_detail::actor_cell* cell, bool woken) noexcept;
+  // `cut_for_woken`: the run ended at a tick for the sake of other woken actors.
+  void place_after_run(actor_detail::actor_cell* cell, bool has_messages, std::uint64_t ran_ns,
+                       bool cut_for_woken) noexcept;
   bool maybe_migrate(actor_detail::actor_cell* cell, bool woken) noexcept;
   void halt(actor_detail::actor_cell* cell, exit_reason reason, bool notify) noexcept;
   void add_homed(actor_detail::actor_cell* cell) noexcept;
