@@ -49,7 +49,9 @@ actor_scheduler::actor_scheduler(actor_system& system, std::uint32_t executor_in
       clock_resolution_ns_(system.core().service_interval_ns() / 4),
       cost_floor_ns_(std::max<std::uint64_t>(system.time_slice_ns() / actor_detail::cost_floor_divisor, 1)),
       turn_runnable_(this),
-      random_state_(0x2545f491u * (executor_index + 1)) {}
+      random_state_(0x2545f491u * (executor_index + 1)) {
+  stuck_targets_.reserve(system.core().options().max_executors);
+}
 
 actor_scheduler::~actor_scheduler() = default;
 
@@ -454,15 +456,78 @@ bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
     }
   }
   if (best == index_ || here < best_queued + 2 * own) return false;
+  hand_over(cell, best, woken ? adopt_mode::woken : adopt_mode::full_quantum);
+  return true;
+}
+
+void actor_scheduler::hand_over(actor_cell* cell, std::uint32_t target,
+                                adopt_mode mode) noexcept {
   remove_homed(cell);
   cell->where = placement::migrating;
   cell->runs_since_migration = 0;
   // release: the target's adopt reads the actor's owner-only fields after the message's own
   // synchronisation; home is read by later routers.
-  cell->home.store(best, std::memory_order_release);
+  cell->home.store(target, std::memory_order_release);
   stats_.migrations_out.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
-  system_.send_adopt(cell, best, woken ? adopt_mode::woken : adopt_mode::full_quantum);
-  return true;
+  system_.send_adopt(cell, target, mode);
+}
+
+void actor_scheduler::hand_away_while_stuck() noexcept {
+  if (waiting_ == 0 || system_.stopping()) return;
+  // The targets, with the work queued in their wheels now (their published samples, plus what
+  // we hand them here): the other executors not in a long runnable; if there are none, those in
+  // a long runnable that ends when work waits (a fork-join delegate's loop piece: the hand-over
+  // message makes it return to its loop within a service interval). Never one stuck for good.
+  core::runtime_core& core = system_.core();
+  const std::uint32_t count = core.executor_count();
+  stuck_targets_.clear();
+  for (const bool stuck_too : {false, true}) {
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const core::executor& other = core.executor_at(i);
+      if (i == index_ || other.in_long_runnable() != stuck_too) continue;
+      if (stuck_too && !other.ends_runnable_when_work_waits()) continue;
+      const actor_scheduler* wheel = system_.find_scheduler(i);
+      stuck_targets_.push_back({i, wheel != nullptr ? wheel->queued_work_ns() : 0});
+    }
+    if (!stuck_targets_.empty()) break;
+  }
+  if (stuck_targets_.empty()) return;  // everyone else is stuck too: nowhere better to go
+  // An actor may go if it may live elsewhere: not pinned, no I/O in flight in our reactor
+  // (relaxed: a hint, as in maybe_migrate), its domain has a target. The least loaded target
+  // takes it, as a woken actor: it has waited already.
+  auto hand_away = [&](actor_cell* cell) {
+    if (cell->pinned || cell->io_in_flight.load(std::memory_order_relaxed) != 0) return false;
+    stuck_target* best = nullptr;
+    for (stuck_target& t : stuck_targets_) {
+      if (!cell->domain.contains(core.executor_at(t.index).placement())) continue;
+      if (best == nullptr || t.queued_ns < best->queued_ns) best = &t;
+    }
+    if (best == nullptr) return false;
+    const std::uint64_t w = weight(cell);
+    --waiting_;
+    queued_work_ns_ -= w;
+    best->queued_ns += w;
+    cell->woken_in_place = false;
+    stats_.stuck_hand_offs.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+    hand_over(cell, best->index, adopt_mode::woken);
+    return true;
+  };
+  // Every queue that holds waiting actors: kept in order, minus those handed away.
+  auto sift = [&](actor_detail::actor_queue& queue, bool waiting_only_if_woken) {
+    actor_detail::actor_queue kept;
+    while (actor_cell* cell = queue.pop_front()) {
+      const bool waiting = !waiting_only_if_woken || cell->woken_in_place;
+      if (!waiting || !hand_away(cell)) kept.push_back(cell);
+    }
+    queue.append(kept);
+  };
+  sift(woken_, false);
+  sift(batch_, false);
+  for (segment& s : segments_) {
+    sift(s.runnable, false);
+    sift(s.timed_out, true);  // the idle ones stay: a wake finds them (and may move them)
+  }
+  publish_queued_work();
 }
 
 void actor_scheduler::adopt(actor_cell* cell, adopt_mode mode) noexcept {
@@ -568,9 +633,20 @@ actor_system::actor_system(core::runtime_core& core, actor_system_options option
   for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
     schedulers_[i].store(nullptr, std::memory_order_relaxed);  // relaxed: not shared yet
   }
+  // An executor in a long runnable hands its waiting actors to others at its service points
+  // (actor_scheduler.hpp, "A stuck executor"). The system outlives the workers (the runtime
+  // destroys it after they stopped), so the hook's context is alive whenever it is called.
+  core.set_long_runnable_hook(
+      [](void* context, std::uint32_t index) noexcept {
+        if (actor_scheduler* s = static_cast<actor_system*>(context)->find_scheduler(index)) {
+          s->hand_away_while_stuck();
+        }
+      },
+      this);
 }
 
 actor_system::~actor_system() {
+  core_.set_long_runnable_hook(nullptr, nullptr);  // the workers have stopped; for clarity
   shutdown();
   for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
     delete schedulers_[i].load(std::memory_order_relaxed);  // relaxed: no other thread left

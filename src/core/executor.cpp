@@ -375,6 +375,18 @@ void executor::service_point() noexcept {
                         std::memory_order_relaxed);
   fire_timers();
   if (reactor_->in_flight() != 0) reactor_->poll();
+  // In a long runnable, messages would wait for all of it (actor wakes from other threads,
+  // handovers); deliveries only queue work, they run no user code (executor_mailbox.hpp). Then
+  // the layers hand away what only this executor would run (the hook, runtime_core.hpp).
+  // (A runnable that ends when work waits returns to the loop soon: it hands nothing away.)
+  if (in_long_runnable()) {
+    if (!mailbox_.empty()) poll_mailbox();
+    // acquire: pairs with set_long_runnable_hook's release (the context is written first).
+    auto hook = core_.long_runnable_hook_.load(std::memory_order_acquire);
+    if (hook != nullptr && !ends_runnable_when_work_waits()) {
+      hook(core_.long_runnable_context_.load(std::memory_order_relaxed), index_);
+    }
+  }
   // What that woke sits in our local queue while we keep running: let an idle executor take it
   // (with the monitor's long-runnable flag set, thieves take even a lone item).
   if (!local_.empty()) core_.notify_work_available();

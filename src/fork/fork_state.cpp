@@ -249,7 +249,11 @@ bool begin_slice(fork_thread_state* state) noexcept {
   // computation, ending early would not return to the loop. relaxed: our own store.
   state->slice_allowed = state->frames != nullptr && state->help_depth == 0 &&
                          state->top.load(std::memory_order_relaxed) == state->frames;
-  if (state->slice_allowed) state->slice_start_ns = core::monotonic_nanoseconds();
+  if (state->slice_allowed) {
+    state->slice_start_ns = core::monotonic_nanoseconds();
+    // The piece ends when work waits here: hand-overs to this executor are served soon.
+    state->executor->set_ends_runnable_when_work_waits(true);
+  }
   return state->slice_allowed;
 }
 

@@ -182,6 +182,49 @@ TEST(HungryActors, PingedActorAnswersBesideAHundredHungryActors) {
   }
 }
 
+// --- an actor homed on an executor that runs a long fork-join -----------------------------------
+
+// An actor homed on executor 0, which then runs a fine-grained fork-join for seconds (a task that
+// occupies its worker): a ping from a plain thread is an executor message to executor 0, and
+// only executor 0's wheel runs the actor. At the computation's heartbeats (service points) the
+// executor, flagged in a long runnable, delivers the wake and hands the actor to executor 1,
+// which serves it between its own pieces of the loop. Every ping must be answered while the
+// computation still runs (before, the first one waited for the whole computation).
+spindle::task<void> run_loop(freezing_loop* loop) {
+  loop->run();
+  co_return;
+}
+
+TEST(StuckExecutor, ActorHomedOnAForkJoinOwnersExecutorAnswersDuringTheComputation) {
+  runtime rt({.workers = 2});
+  freezing_loop loop;
+  set_on_exit wind_down(loop.probe_done);
+  std::atomic<int> answered{0};
+  spawn_options on_zero;
+  on_zero.executor = 0;
+  auto light = spawn_actor<pinged>(rt, on_zero, &answered);
+  light.send(1);
+  ASSERT_TRUE(eventually([&] { return answered.load() == 1; }, liveness_wait));
+  auto computation = rt.spawn_on(0, run_loop(&loop));
+  ASSERT_TRUE(eventually([&] { return loop.spread_over(2); }, liveness_wait))
+      << "the loop never ran on both executors";
+
+  constexpr int pings = 5;
+  bool all_during_the_computation = true;
+  for (int i = 2; i <= pings + 1; ++i) {
+    light.send(i);
+    ASSERT_TRUE(eventually([&] { return answered.load(std::memory_order_acquire) >= i; },
+                           liveness_wait))
+        << "ping " << i << " was not answered";
+    all_during_the_computation = all_during_the_computation && loop.busy();
+  }
+  loop.probe_done.store(true);
+  EXPECT_TRUE(all_during_the_computation)
+      << "the pings were answered only after the fork-join stopped occupying executor 0";
+  join_bounded(std::move(computation));
+  EXPECT_GT(spindle::actors_of(rt).scheduler(0).stats().stuck_hand_offs.load(), 0u);
+}
+
 // --- item 8c: light actors beside two pinned heavy actors --------------------------------------
 
 // Two heavy actors (200 us per message) pinned on executor 0; six light actors (2 us per

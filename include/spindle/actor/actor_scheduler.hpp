@@ -78,6 +78,18 @@
 // message (M1): the receiving executor schedules it N segments forward (or at once if it was
 // woken).
 //
+// A stuck executor (issue 13: "a stuck executor holds nothing but itself"): only an actor's
+// home wheel runs it, so an executor inside a long runnable (a task running a fork-join
+// computation for seconds; the monitor's flag, runtime_monitor.hpp) would hold its actors for
+// all of it. At its service points (fork-join heartbeats) such an executor delivers its
+// executor messages (wakes from other threads) and calls the runtime's long-runnable hook,
+// which hands every waiting actor here that may live elsewhere (not pinned, no I/O in flight,
+// its domain allows) to the least loaded executor not in a long runnable, or, failing that, to
+// one whose long runnable ends when work waits (a delegate's loop piece), as a woken actor
+// (hand_away_while_stuck). Idle actors stay; a wake delivered at the next service point moves
+// them. An executor whose own runnable ends when work waits hands nothing away (it returns to
+// its loop soon). Pinned actors wait for their executor, as they must.
+//
 // Ownership: everything in actor_scheduler is touched only by its executor's thread, except
 // the published queued work and the statistics (single writer, anyone reads).
 //
@@ -139,6 +151,7 @@ struct actor_scheduler_stats {
   std::atomic<std::uint64_t> segments_turned{0};
   std::atomic<std::uint64_t> runs_cut_by_time{0};    // runs that spent the time slice
   std::atomic<std::uint64_t> woken_runs_cut{0};      // woken runs cut at a tick (others woken)
+  std::atomic<std::uint64_t> stuck_hand_offs{0};     // actors handed away in a long runnable
   std::atomic<std::uint64_t> slices_cut_by_time{0};  // wheel slices that stopped on time
   std::atomic<std::uint64_t> busy_nanoseconds{0};    // actor runs, on the coarse clock
   std::atomic<std::uint64_t> migrations_out{0};
@@ -176,6 +189,9 @@ class actor_scheduler {
   void wake(actor_detail::actor_cell* cell) noexcept;
   // Shutdown step 2 for the actors homed here.
   void halt_all_for_shutdown() noexcept;
+  // This executor is in a long runnable (at its service points, the runtime's long-runnable
+  // hook): the waiting actors that may live elsewhere move to executors that are not.
+  void hand_away_while_stuck() noexcept;
 
  private:
   struct turn_type : core::runnable {
@@ -194,6 +210,9 @@ class actor_scheduler {
   void place_after_run(actor_detail::actor_cell* cell, bool has_messages, std::uint64_t ran_ns,
                        bool cut_for_woken) noexcept;
   bool maybe_migrate(actor_detail::actor_cell* cell, bool woken) noexcept;
+  // Moves the actor (placed nowhere here, counted out of the waiting work) to `target`.
+  void hand_over(actor_detail::actor_cell* cell, std::uint32_t target,
+                 actor_detail::adopt_mode mode) noexcept;
   void halt(actor_detail::actor_cell* cell, exit_reason reason, bool notify) noexcept;
   void add_homed(actor_detail::actor_cell* cell) noexcept;
   void remove_homed(actor_detail::actor_cell* cell) noexcept;
@@ -235,6 +254,12 @@ class actor_scheduler {
   alignas(core::cache_line_size) std::atomic<std::uint64_t> queued_work_published_{0};
   alignas(core::cache_line_size) actor_detail::actor_cell* homed_head_ = nullptr;
   std::uint32_t random_state_;
+  // hand_away_while_stuck's scratch list (room for every executor, reserved at construction).
+  struct stuck_target {
+    std::uint32_t index;
+    std::uint64_t queued_ns;
+  };
+  std::vector<stuck_target> stuck_targets_;
   actor_scheduler_stats stats_;
 };
 

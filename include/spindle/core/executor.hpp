@@ -46,7 +46,9 @@
 // timers, and owes a pinned yielded runnable that has waited since the previous service a turn
 // (and the own injector shard one item). Code that runs long inside one runnable
 // (fork-join) calls service_point() at its natural pauses for the same effect, and may end a
-// piece of its work early when has_waiting_work() says the loop has something else to run.
+// piece of its work early when has_waiting_work() says the loop has something else to run. In
+// a long runnable its service points also deliver its messages and let the layers hand away
+// work only it could run (runtime_core::set_long_runnable_hook: actors homed here).
 //
 // Pings (runtime_monitor.hpp, step 4): a layer whose runnables can run long without reaching a
 // point where it looks at the clock (fork-join leaves) installs a ping handler on its worker.
@@ -147,6 +149,17 @@ class executor {
   bool in_long_runnable() const noexcept {
     return in_long_runnable_.load(std::memory_order_relaxed);
   }
+  // Whether the runnable running now ends within a service interval once work waits for this
+  // executor (a fork-join delegate's loop piece, which checks has_waiting_work at its service
+  // points): such an executor is not stuck for good even in a long runnable, and hand-overs to
+  // it are served soon. The owner sets and clears it around such a runnable; anyone reads
+  // (relaxed: a hint for where to hand work, never used to publish anything).
+  bool ends_runnable_when_work_waits() const noexcept {
+    return ends_runnable_when_work_waits_.load(std::memory_order_relaxed);
+  }
+  void set_ends_runnable_when_work_waits(bool ends) noexcept {
+    ends_runnable_when_work_waits_.store(ends, std::memory_order_relaxed);  // relaxed: a hint
+  }
   // Busy time (not parked) up to `now`, including the current awake stretch (monitor).
   std::uint64_t busy_nanoseconds_until(std::uint64_t now) const noexcept;
   // Due timers or queued work that another executor could take over (monitor, rescuers).
@@ -179,7 +192,10 @@ class executor {
   void yield_pinned(runnable* r) noexcept;
   // Owner thread, from inside a runnable that runs long (fork-join heartbeats): if a service
   // interval has passed since the last service, fires due timers, polls the reactor and makes
-  // what that woke available to idle executors. Must not be called from reactor callbacks.
+  // what that woke available to idle executors; while in a long runnable it also delivers its
+  // executor messages and calls the runtime's long-runnable hook (runtime_core.hpp: actors
+  // homed here move to other executors). Must not be called from reactor callbacks or from
+  // inside a message delivery.
   void service_point() noexcept;
   // Owner thread: whether the loop has something to run besides the runnable running now: a
   // message, its inbox, its local queue, a pinned yielded runnable, its injector shard, or work
@@ -269,6 +285,7 @@ class executor {
   std::atomic<std::uint64_t> busy_total_ns_{0};
   // Written by the monitor (see in_long_runnable()).
   std::atomic<bool> in_long_runnable_{false};
+  std::atomic<bool> ends_runnable_when_work_waits_{false};  // owner writes (see its getter)
   // Pings (see above). The deadline: owner writes, monitor reads. `ping_pending_`: the monitor
   // sets it before each signal, the signal handler on the owner thread clears it (so the
   // handler knows the signal was a ping, and the monitor when it was taken).

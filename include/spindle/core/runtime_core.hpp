@@ -183,6 +183,18 @@ class runtime_core final : public scheduler {
   // running on a worker can find it from executor::current()->core(). Set before start().
   void set_layer_state(void* state) noexcept { layer_state_ = state; }
   void* layer_state() const noexcept { return layer_state_; }
+  // Work only one executor can run (actors homed there, run by its wheel) would wait for the
+  // whole of a long runnable; the layer that owns such work registers a hook that an executor
+  // calls at its service points while the monitor has it flagged in a long runnable, on its own
+  // thread, after delivering its executor messages: the layer hands that work to other
+  // executors. The hook must not run user code (service points are inside user code). Set
+  // once, any time (a layer built lazily); the context must outlive the workers.
+  using long_runnable_hook = void (*)(void* context, std::uint32_t executor_index) noexcept;
+  void set_long_runnable_hook(long_runnable_hook hook, void* context) noexcept {
+    long_runnable_context_.store(context, std::memory_order_relaxed);  // published by the next
+    // release: the context is written before a worker that sees the hook reads it.
+    long_runnable_hook_.store(hook, std::memory_order_release);
+  }
 
   // Wakes one parked executor (preferably `preferred`) if nobody is searching, after work was
   // published.
@@ -275,6 +287,8 @@ class runtime_core final : public scheduler {
   std::atomic<bool> finished_{false};
   std::function<void()> on_stopped_;
   void* layer_state_ = nullptr;
+  std::atomic<long_runnable_hook> long_runnable_hook_{nullptr};  // see set_long_runnable_hook
+  std::atomic<void*> long_runnable_context_{nullptr};
 };
 
 }  // namespace spindle::core

@@ -225,6 +225,7 @@ inline void unmask_pings(fork_thread_state* state) noexcept {
 // (called from the executor's loop, not nested in a wait); end_slice clears the state.
 bool begin_slice(fork_thread_state* state) noexcept;
 inline void end_slice(fork_thread_state* state) noexcept {
+  if (state->slice_allowed) state->executor->set_ends_runnable_when_work_waits(false);
   state->slice_allowed = false;
   state->slice_over = false;
 }
