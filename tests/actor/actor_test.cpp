@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <future>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -47,6 +48,45 @@ struct counter {
 
 int ask_total(runtime& rt, const actor_ref<counter::message_type>& ref) {
   return rt.block_on(ref.ask<int>([](spindle::reply_to<int> r) { return get{std::move(r)}; }));
+}
+
+// An ask built on a reference that is gone before the question is awaited (a temporary, a
+// member of something destroyed): the question holds its own reference. Before, ask() was a
+// member coroutine that kept only `this`: heap-use-after-free under ASan (issue 14, item 4).
+TEST(Actor, AskOutlivesTheReferenceItWasBuiltOn) {
+  runtime rt({.workers = 1});
+  auto ref = spawn_actor<counter>(rt);
+  ref.send(add{7});
+  auto holder = std::make_unique<actor_ref<counter::message_type>>(ref);
+  auto question = holder->ask<int>([](spindle::reply_to<int> r) { return get{std::move(r)}; });
+  holder.reset();
+  EXPECT_EQ(rt.block_on(std::move(question)), 7);
+  // And on a temporary copy, inside a task.
+  auto through_a_temporary = [](actor_ref<counter::message_type> source) -> spindle::task<int> {
+    auto asked = actor_ref<counter::message_type>(source).ask<int>(
+        [](spindle::reply_to<int> r) { return get{std::move(r)}; });
+    co_return co_await std::move(asked);
+  };
+  EXPECT_EQ(rt.block_on(through_a_temporary(ref)), 7);
+}
+
+// An empty reference (default-constructed, moved from) is a usage error, not a null dereference.
+TEST(Actor, EmptyReferenceIsAUsageError) {
+  runtime rt({.workers = 1});
+  actor_ref<counter::message_type> empty;
+  EXPECT_THROW(empty.send(add{1}), spindle::usage_error);
+  EXPECT_THROW(empty.emplace(add{1}), spindle::usage_error);
+  EXPECT_THROW((void)empty.ask<int>([](spindle::reply_to<int> r) { return get{std::move(r)}; }),
+               spindle::usage_error);
+  EXPECT_THROW(empty.stop(), spindle::usage_error);
+  EXPECT_THROW(empty.kill(), spindle::usage_error);
+  EXPECT_THROW((void)empty.id(), spindle::usage_error);
+  EXPECT_THROW((void)empty.state(), spindle::usage_error);
+  auto ref = spawn_actor<counter>(rt);
+  auto moved = std::move(ref);
+  EXPECT_FALSE(ref);  // NOLINT(bugprone-use-after-move): what a moved-from reference does
+  EXPECT_THROW(ref.send(add{1}), spindle::usage_error);
+  EXPECT_EQ(moved.send(add{1}), send_result::queued);
 }
 
 TEST(Actor, SendThenAskSeesEveryMessage) {

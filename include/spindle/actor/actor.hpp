@@ -89,26 +89,30 @@ class actor_handle {
     if (cell_ != nullptr) cell_->release();
   }
 
+  // Whether it refers to an actor. Every other member throws usage_error on an empty handle
+  // (default-constructed or moved from).
   explicit operator bool() const noexcept { return cell_ != nullptr; }
-  actor_id id() const noexcept { return cell_->id; }
+  actor_id id() const { return target().id; }
   // A2: Receiving / Runnable / Running / Halted, as of now.
-  actor_state state() const noexcept {
-    return cell_->state.load(std::memory_order_acquire);  // acquire: a snapshot for observers
+  actor_state state() const {
+    return target().state.load(std::memory_order_acquire);  // acquire: a snapshot for observers
   }
   // The executor the actor lives on now (it may migrate).
-  std::uint32_t home_executor() const noexcept {
-    return cell_->home.load(std::memory_order_relaxed);  // relaxed: a snapshot
+  std::uint32_t home_executor() const {
+    return target().home.load(std::memory_order_relaxed);  // relaxed: a snapshot
   }
   // Asks the actor to halt after the messages already queued (exit reason `reason`).
   void stop(exit_kind reason = exit_kind::normal) const {
+    actor_detail::actor_cell& cell = target();  // first: nothing is allocated for an empty one
     actor_detail::push_system_message(
-        *cell_, new actor_detail::notification_envelope(actor_detail::envelope_kind::stop, 0, 0,
+        cell, new actor_detail::notification_envelope(actor_detail::envelope_kind::stop, 0, 0,
                                                         exit_reason{reason, {}}));
   }
   // Halts the actor at its next run, whatever is queued (untrappable).
   void kill() const {
+    actor_detail::actor_cell& cell = target();  // first: nothing is allocated for an empty one
     actor_detail::push_system_message(
-        *cell_, new actor_detail::notification_envelope(actor_detail::envelope_kind::kill, 0, 0,
+        cell, new actor_detail::notification_envelope(actor_detail::envelope_kind::kill, 0, 0,
                                                         exit_reason{exit_kind::killed, {}}));
   }
   friend bool operator==(const actor_handle& a, const actor_handle& b) noexcept {
@@ -129,6 +133,10 @@ class actor_handle {
   }
 
  protected:
+  actor_detail::actor_cell& target() const {
+    if (cell_ == nullptr) throw usage_error("spindle: an empty actor reference was used");
+    return *cell_;
+  }
   actor_detail::actor_cell* cell_ = nullptr;
 };
 
@@ -198,26 +206,39 @@ class actor_ref : public actor_handle {
     return r;
   }
 
-  // Queues the message; never blocks. See send_result.
+  // Queues the message; never blocks. See send_result. usage_error on an empty reference.
   send_result send(M message) const {
-    return actor_detail::push_message(
-        *cell_, actor_detail::make_user_envelope<M>(std::move(message)));
+    actor_detail::actor_cell& cell = target();  // first: nothing is allocated for an empty one
+    return actor_detail::push_message(cell,
+                                      actor_detail::make_user_envelope<M>(std::move(message)));
   }
   template <class... A>
     requires std::constructible_from<M, A...>
   send_result emplace(A&&... args) const {
-    return actor_detail::push_message(*cell_,
+    actor_detail::actor_cell& cell = target();  // first: nothing is allocated for an empty one
+    return actor_detail::push_message(cell,
                                       actor_detail::make_user_envelope<M>(std::forward<A>(args)...));
   }
 
   // Request/response: `make_message(reply_to<R>)` builds the question; the task completes
   // with the reply. Throws actor_unavailable if it could not be queued, and channel_closed if
-  // the actor dropped the reply_to without answering (it halted, or ignored it).
+  // the actor dropped the reply_to without answering (it halted, or ignored it). The task holds
+  // its own reference to the actor: it may outlive this one (an ask on a temporary is fine).
+  // usage_error at once on an empty reference.
   template <class R, class F>
     requires std::invocable<F&, reply_to<R>>
   task<R> ask(F make_message) const {
+    (void)target();
+    return ask_with<R>(*this, std::move(make_message));
+  }
+
+ private:
+  // A coroutine's parameters live in its frame: the copy of the reference lives as long as the
+  // question (a member coroutine would keep only `this`).
+  template <class R, class F>
+  static task<R> ask_with(actor_ref self, F make_message) {
     auto [sender, receiver] = oneshot<R>();
-    const send_result sent = send(M(make_message(reply_to<R>(std::move(sender)))));
+    const send_result sent = self.send(M(make_message(reply_to<R>(std::move(sender)))));
     if (sent != send_result::queued) throw actor_unavailable(sent);
     co_return co_await std::move(receiver);
   }
