@@ -43,7 +43,8 @@
 // Idle: when no executor has been awake for 20 ms (utilisation has decayed) the monitor sleeps
 // until one wakes (executor::park notifies it;
 // a Dekker pair of seq_cst operations on `idle_` and the runtime's unparked count means no wake
-// is lost) or 100 ms pass.
+// is lost) or 100 ms pass; after such a timeout with everyone still parked it ticks once and
+// sleeps again (an idle runtime costs ten ticks a second).
 //
 // Lifetime: started by runtime_core::start after the executors exist, stopped and joined in
 // runtime_core::finish_shutdown before anything is drained (the monitor only reads executors
