@@ -41,6 +41,13 @@ runtime_options validated(runtime_options options) {
       options.ping_signal == SIGSTOP) {
     throw usage_error("spindle: ping_signal must be 0 or a signal a handler can catch");
   }
+  // Signals a fault raises on the faulting thread: spindle's handler returns from one it did not
+  // send, which re-runs the faulting instruction forever (a crash becomes a hang).
+  for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) {
+    if (options.ping_signal == fault) {
+      throw usage_error("spindle: ping_signal must not be a signal raised by faults");
+    }
+  }
   if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
     throw usage_error("spindle: fairness intervals must be at least 1");
   }

@@ -378,6 +378,12 @@ TEST(ExecutorPing, APingNotYetTakenIsNotSentAgain) {
 TEST(ExecutorPing, SignalsThatCannotBeCaughtAreRefused) {
   EXPECT_THROW(spindle::runtime({.workers = 1, .ping_signal = SIGKILL}), spindle::usage_error);
   EXPECT_THROW(spindle::runtime({.workers = 1, .ping_signal = -1}), spindle::usage_error);
+  // Signals a fault raises: a handler that returns re-runs the faulting instruction, so with
+  // SIGSEGV as the ping signal a null dereference spun forever instead of crashing.
+  for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) {
+    EXPECT_THROW(spindle::runtime({.workers = 1, .ping_signal = fault}), spindle::usage_error)
+        << "signal " << fault;
+  }
   spindle::runtime no_pings({.workers = 2, .ping_signal = 0});  // pings off: still a runtime
   EXPECT_EQ(spindle::run_on(no_pings, [] { return fib_fork(20); }), 6765u);
 }
