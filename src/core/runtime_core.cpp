@@ -94,9 +94,17 @@ runtime_core::~runtime_core() {
 void runtime_core::start(std::shared_ptr<runtime_core> self) {
   self_ = self;
   clock_->subscribe(this, [this] { unpark_all(); });
-  if (options_.ping_signal != 0) executor::install_ping_signal(options_.ping_signal);
-  for (std::uint32_t i = 0; i < options_.workers; ++i) append_executor();
-  monitor_->start();
+  try {
+    if (options_.ping_signal != 0) executor::install_ping_signal(options_.ping_signal);
+    for (std::uint32_t i = 0; i < options_.workers; ++i) append_executor();
+    monitor_->start();
+  } catch (...) {
+    // An executor (its reactor, its thread) or the monitor could not be made. The workers
+    // already started hold this core alive and nobody else will stop them: shut down (joins
+    // them; this thread is not one of them) before the caller sees the error.
+    shutdown();
+    throw;
+  }
 }
 
 void runtime_core::executor_awake(std::uint64_t now_ns) noexcept {

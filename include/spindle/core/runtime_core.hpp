@@ -134,7 +134,8 @@ class runtime_core final : public scheduler {
   runtime_core& operator=(const runtime_core&) = delete;
 
   // Starts options.workers executors. Separate from the constructor so a shared_ptr to *this
-  // exists before threads start (workers keep the core alive, see shutdown).
+  // exists before threads start (workers keep the core alive, see shutdown). If an executor or
+  // the monitor cannot be made, shuts down what was started (joining its workers) and rethrows.
   void start(std::shared_ptr<runtime_core> self);
 
   // scheduler: pushes from a worker go to its local queue; from anywhere else to the injector
