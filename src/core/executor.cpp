@@ -89,10 +89,17 @@ bool executor::ping_if_due(std::uint64_t now, std::uint64_t inside_ns, int signa
     return false;
   }
   if (awake_since_ns_.load(std::memory_order_relaxed) == 0) return false;  // parked
+  // The last ping has not been taken yet: its signal is still pending on the worker (blocked,
+  // or the worker is off the CPU). Sending again would not hurry it, and a real-time signal is
+  // queued rather than merged: the extra copy would find no ping pending and be passed on to
+  // the program's own handler. relaxed: the flag is this executor's; see on_ping_signal.
+  if (ping_pending_.load(std::memory_order_relaxed)) return false;
   std::lock_guard lock(ping_mutex_);
   if (!pingable_) return false;  // not started, or left its loop: the thread may be gone
   ping_pending_.store(true, std::memory_order_relaxed);  // relaxed: see on_ping_signal
-  return pthread_kill(thread_, signal_number) == 0;
+  if (pthread_kill(thread_, signal_number) == 0) return true;
+  ping_pending_.store(false, std::memory_order_relaxed);  // not sent: nothing will take it
+  return false;
 }
 
 executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& clock,

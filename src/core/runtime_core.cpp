@@ -41,6 +41,13 @@ runtime_options validated(runtime_options options) {
       options.ping_signal == SIGSTOP) {
     throw usage_error("spindle: ping_signal must be 0 or a signal a handler can catch");
   }
+  // Signals a fault raises on the faulting thread: spindle's handler returns from one it did not
+  // send, which re-runs the faulting instruction forever (a crash becomes a hang).
+  for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) {
+    if (options.ping_signal == fault) {
+      throw usage_error("spindle: ping_signal must not be a signal raised by faults");
+    }
+  }
   if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
     throw usage_error("spindle: fairness intervals must be at least 1");
   }
@@ -87,9 +94,17 @@ runtime_core::~runtime_core() {
 void runtime_core::start(std::shared_ptr<runtime_core> self) {
   self_ = self;
   clock_->subscribe(this, [this] { unpark_all(); });
-  if (options_.ping_signal != 0) executor::install_ping_signal(options_.ping_signal);
-  for (std::uint32_t i = 0; i < options_.workers; ++i) append_executor();
-  monitor_->start();
+  try {
+    if (options_.ping_signal != 0) executor::install_ping_signal(options_.ping_signal);
+    for (std::uint32_t i = 0; i < options_.workers; ++i) append_executor();
+    monitor_->start();
+  } catch (...) {
+    // An executor (its reactor, its thread) or the monitor could not be made. The workers
+    // already started hold this core alive and nobody else will stop them: shut down (joins
+    // them; this thread is not one of them) before the caller sees the error.
+    shutdown();
+    throw;
+  }
 }
 
 void runtime_core::executor_awake(std::uint64_t now_ns) noexcept {

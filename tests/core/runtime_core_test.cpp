@@ -7,12 +7,17 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -152,6 +157,59 @@ TEST(Registry, AddExecutorAfterShutdownIsRefused) {
   rt.shutdown();
   EXPECT_THROW(rt.add_executor(), spindle::runtime_stopped);
   EXPECT_EQ(rt.executor_count(), 1u);
+}
+
+// Threads of this process (a field of /proc/self/status).
+long thread_count() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stol(line.substr(8));
+  }
+  return -1;
+}
+
+// Descriptors open in this process (the scan's own included, the same each time).
+long descriptor_count() {
+  return long(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                            std::filesystem::directory_iterator{}));
+}
+
+// A runtime whose construction fails after some workers started (here: descriptors run out
+// while the executors' reactors are made) must not leave them behind. The started workers hold
+// the core alive, and nobody shut them down: each failed construction leaked its running
+// worker threads, their reactors' descriptors and the core, for the life of the process.
+TEST(Registry, AConstructionThatFailsPartWayLeavesNoThreadsBehind) {
+  // One runtime first: what the process starts once with its first threads (ThreadSanitizer's
+  // background thread) is then in the baseline.
+  { spindle::runtime warm_up({.workers = 1, .io_backend = spindle::core::io_backend::epoll}); }
+  const long threads_before = thread_count();
+  const long descriptors_before = descriptor_count();
+  rlimit original{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
+  bool failed_after_a_worker_started = false;
+  // Raise the limit one descriptor at a time, from "no executor fits" to "all eight fit".
+  for (long spare = 0; spare < 40 && !failed_after_a_worker_started; ++spare) {
+    std::atomic<int> started{0};
+    rlimit lowered = original;
+    lowered.rlim_cur = rlim_t(descriptors_before + spare);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+    bool threw = false;
+    try {
+      spindle::runtime rt({.workers = 8,
+                           .io_backend = spindle::core::io_backend::epoll,
+                           .on_worker_start = [&started](std::uint32_t) { started.fetch_add(1); }});
+    } catch (const std::exception&) {
+      threw = true;
+    }
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
+    if (!threw) break;  // every executor fitted
+    // A worker counted itself only if its thread ran; the runtime had started at least one.
+    failed_after_a_worker_started = started.load() > 0 || thread_count() > threads_before;
+    EXPECT_EQ(thread_count(), threads_before) << "with " << spare << " spare descriptors";
+    EXPECT_EQ(descriptor_count(), descriptors_before) << "with " << spare << " spare descriptors";
+  }
+  EXPECT_TRUE(failed_after_a_worker_started) << "no construction failed part-way: nothing tested";
 }
 
 TEST(Registry, NewRuntimeStartsIdsAtZero) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 
 #include "support/test_support.hpp"
 
@@ -133,6 +134,27 @@ TEST(ServiceInterval, TimersFireBetweenLongRunnablesOnOneWorker) {
   EXPECT_GE(ticks.load(), wanted) << "the ticker starved beside 3 ms runnables";
   t.cancel();
   EXPECT_GT(rt.core().executor_at(0).stats().services.load(), 0u);
+}
+
+// An idle runtime costs (almost) no wake-ups: once every executor has been parked for a while the
+// monitor sleeps until one wakes (time-slicing.md), waking on its own only every 100 ms. It used
+// to start its 20 ms of ticking over after each of those timeouts although nobody had woken:
+// about 600 ticks a second on a runtime that did nothing at all.
+TEST(RuntimeMonitor, AnIdleRuntimeKeepsItsMonitorAsleep) {
+  spindle::runtime rt({.workers = 2});
+  rt.block_on([]() -> spindle::task<void> { co_await spindle::sleep_for(1ms); }());
+  const auto parks_of = [&rt] {
+    return rt.core().executor_at(0).stats().parks.load() +
+           rt.core().executor_at(1).stats().parks.load();
+  };
+  const std::uint64_t parks_before = parks_of();
+  const std::uint64_t ticks_before = rt.core().monitor().ticks();
+  // A window of idleness (a measurement, not a synchronisation): at one tick per 250 us the
+  // monitor may tick for 20 ms after the last executor parked, then about once per 100 ms.
+  std::this_thread::sleep_for(1s);
+  const std::uint64_t ticks = rt.core().monitor().ticks() - ticks_before;
+  ASSERT_EQ(parks_of(), parks_before) << "an executor woke: the runtime was not idle";
+  EXPECT_LT(ticks, 200u) << "the monitor ticked " << ticks << " times in 1 s of idleness";
 }
 
 TEST(ServiceInterval, OptionsAreValidated) {

@@ -102,7 +102,10 @@ struct runtime_options {
   // The signal the runtime monitor sends a worker to ping it (executor.hpp, "pings": fork-join
   // uses pings to offer work while its owner runs a long leaf). SIGURG by default, as Go's
   // preemption: its default action is to ignore it, and few programs use it (spindle passes
-  // signals that are not pings on to the handler installed before it). 0: no pings.
+  // signals that are not pings on to the handler installed before it). 0: no pings. Refused:
+  // SIGKILL, SIGSTOP, and the signals faults raise (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+  // SIGSYS). Non-pings are passed on only to a handler function: with SIG_DFL before, a
+  // signal whose default action terminates (SIGUSR1, SIGTERM, ...) is ignored from then on.
   int ping_signal = SIGURG;
   // I/O backend of every executor's reactor (reactor.hpp): automatic tries io_uring, then epoll;
   // the environment variable SPINDLE_IO_BACKEND=uring|epoll overrides automatic.
@@ -131,7 +134,8 @@ class runtime_core final : public scheduler {
   runtime_core& operator=(const runtime_core&) = delete;
 
   // Starts options.workers executors. Separate from the constructor so a shared_ptr to *this
-  // exists before threads start (workers keep the core alive, see shutdown).
+  // exists before threads start (workers keep the core alive, see shutdown). If an executor or
+  // the monitor cannot be made, shuts down what was started (joining its workers) and rethrows.
   void start(std::shared_ptr<runtime_core> self);
 
   // scheduler: pushes from a worker go to its local queue; from anywhere else to the injector

@@ -39,11 +39,14 @@
 //      (pthread_kill under the executor's ping mutex); the monitor sleeps 20 µs (more with timer slack) unless the pinged workers took
 //      their signals at once, then, if any offer board holds work, wakes a parked executor (a ping handler publishes work
 //      but cannot wake anyone from signal context). A ping the worker has not taken yet (the
-//      signal is pending) is simply sent again at the next tick; the kernel keeps one.
+//      signal is pending: blocked, or the worker is off the CPU) is not sent again until it is
+//      taken: a real-time ping signal is queued, not merged, and an extra copy would reach the
+//      program's own handler as a signal that is not a ping.
 // Idle: when no executor has been awake for 20 ms (utilisation has decayed) the monitor sleeps
 // until one wakes (executor::park notifies it;
 // a Dekker pair of seq_cst operations on `idle_` and the runtime's unparked count means no wake
-// is lost) or 100 ms pass.
+// is lost) or 100 ms pass; after such a timeout with everyone still parked it ticks once and
+// sleeps again (an idle runtime costs ten ticks a second).
 //
 // Lifetime: started by runtime_core::start after the executors exist, stopped and joined in
 // runtime_core::finish_shutdown before anything is drained (the monitor only reads executors
