@@ -567,9 +567,14 @@ void executor::watch_probation() noexcept {
     return;
   }
   on_probation_ = false;
-  // Waited more than a quarter of the runnable time: back on standby (not for a sibling that is
-  // stuck in a long runnable, which may well be what we waited for).
-  if (4 * waited > ran + waited && !core_.executor_at(standby_sibling_).in_long_runnable()) {
+  // Waited more than a quarter of the runnable time: back on standby, under the rules of
+  // watch_cpu: only where I/O is served (on a busy machine every thread waits; CPU work would
+  // give its share away), and not for a sibling stuck in a long runnable.
+  const executor& sibling = core_.executor_at(standby_sibling_);
+  // relaxed: a hint (see the member).
+  const bool serving_io =
+      reactor_->in_flight() != 0 || sibling.serves_io_.load(std::memory_order_relaxed);
+  if (4 * waited > ran + waited && serving_io && !sibling.in_long_runnable()) {
     enter_standby(standby_sibling_, core_.coarse_now_ns());
   }
 }
