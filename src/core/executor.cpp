@@ -467,9 +467,14 @@ runnable* executor::rescue_others() noexcept {
 void executor::watch_cpu(bool compare) noexcept {
   const int cpu = sched_getcpu();  // vDSO: a few nanoseconds, once per service or wake-up
   const bool serving_io = reactor_->in_flight() != 0;
-  // relaxed: hints (see the members' comments).
-  last_cpu_.store(cpu, std::memory_order_relaxed);
-  serves_io_.store(serving_io, std::memory_order_relaxed);
+  // relaxed: hints (see the members' comments); stored only when they change, so the line the
+  // monitor and siblings read is not taken away from them at every service.
+  if (last_cpu_.load(std::memory_order_relaxed) != cpu) {
+    last_cpu_.store(cpu, std::memory_order_relaxed);
+  }
+  if (serves_io_.load(std::memory_order_relaxed) != serving_io) {
+    serves_io_.store(serving_io, std::memory_order_relaxed);
+  }
   if (!compare || cpu < 0 || !core_.standby_enabled()) return;
   const std::uint64_t now = core_.coarse_now_ns();
   // A lower-index sibling, awake and last seen on this CPU, is not running while we are: it
