@@ -2,9 +2,16 @@
 // docs/design/executor-loop.md; parking: runtime_core.hpp and docs/design/parking.md.
 #include "spindle/core/executor.hpp"
 
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include "spindle/core/errors.hpp"
@@ -126,7 +133,9 @@ std::uint32_t executor::load() const noexcept {
       local_.size() + std::uint32_t(core_.global_injector().size(index_)) + (inbox_.empty() ? 0u : 1u);
   // relaxed: samples (single writers: the monitor, the queues' owners).
   const std::uint32_t quarters = (stats_.utilisation.load(std::memory_order_relaxed) + 8192) >> 14;
-  return 4 * queued + quarters + (in_long_runnable() ? 64u : 0u);
+  // New work goes elsewhere while we are on standby: a sibling on our CPU takes our work anyway.
+  const bool standby = on_standby_at(core_.coarse_now_ns());
+  return 4 * queued + quarters + (in_long_runnable() || standby ? 64u : 0u);
 }
 
 std::uint64_t executor::busy_nanoseconds_until(std::uint64_t now) const noexcept {
@@ -152,6 +161,15 @@ void executor::overflow(runnable** items, std::uint32_t count) noexcept {
 }
 
 void executor::push_local(runnable* r, schedule_hint hint) noexcept {
+  // On standby, what we wake or spawn runs on the sibling that shares our CPU (parking.md),
+  // unless that sibling is now stuck in a long runnable: then the standby ends here.
+  if (on_standby_) [[unlikely]] {
+    if (!core_.executor_at(standby_sibling_).in_long_runnable()) {
+      hand_to_sibling(r);
+      return;
+    }
+    end_standby(core_.coarse_now_ns());
+  }
   auto sink = [this](runnable** items, std::uint32_t count) { overflow(items, count); };
   if (hint == schedule_hint::yield) {
     local_.push_oldest(r, sink);
@@ -215,7 +233,9 @@ runnable* executor::next_runnable() noexcept {
     // Fairness to remote work: ONE item, run now. A batch would go onto the newest end of the
     // local queue, above tasks that were just woken (time-slicing.md, "woken tasks").
     std::size_t taken = 0;
-    if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) return r;
+    if (!on_standby_) {
+      if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) return r;
+    }
     if (runnable* r = pinned_yielded_.pop_front()) return r;  // fairness to the wheel
   }
   if (runnable* r = take_from_inbox()) return r;
@@ -233,7 +253,11 @@ runnable* executor::next_runnable() noexcept {
     reactor_->poll();
     if (runnable* r = local_.pop()) return r;
   }
-  if (runnable* r = take_from_injector(index_)) return r;
+  // On standby the injector is the sibling's to take (our shard was handed over, and P2C
+  // avoids us meanwhile): we run only what is addressed to us.
+  if (!on_standby_) {
+    if (runnable* r = take_from_injector(index_)) return r;
+  }
   // Only then the pinned yielded runnable (the wheel): it and the tasks take turns, the tasks a
   // batch at a time, the wheel at least once per service interval and fairness check.
   if (runnable* r = pinned_yielded_.pop_front()) return r;
@@ -349,6 +373,9 @@ void executor::run_one(runnable* r) noexcept {
 void executor::service() noexcept {
   budget_used_ = 0;
   last_service_ns_ = core_.coarse_now_ns();
+  // relaxed: a hint from the monitor; comparing costs a look at the lower-index siblings.
+  watch_cpu(on_standby_ || shares_cpu_.load(std::memory_order_relaxed));
+  if (on_probation_) watch_probation();
   // Owed a turn only if it has waited a whole service interval: one that yielded since the last
   // service (typically the wheel slice that just ended and brought this service on) waits for
   // the local queue, the fairness check, or the next service; else a wheel whose slices last a
@@ -370,7 +397,8 @@ void executor::service() noexcept {
   fire_timers();
   if (reactor_->in_flight() != 0) reactor_->poll();
   // relaxed: a hint maintained by the monitor; a missed rescue is retried at the next service.
-  if (core_.long_runnables_.load(std::memory_order_relaxed) != 0) {
+  // (Not on standby: what we took would go straight to our sibling.)
+  if (!on_standby_ && core_.long_runnables_.load(std::memory_order_relaxed) != 0) {
     if (runnable* r = rescue_others()) push_local(r, schedule_hint::wake);
   }
 }
@@ -455,6 +483,210 @@ runnable* executor::rescue_others() noexcept {
   return found;
 }
 
+void executor::watch_cpu(bool compare) noexcept {
+  const int cpu = sched_getcpu();  // vDSO: a few nanoseconds, once per service or wake-up
+  const bool serving_io = reactor_->in_flight() != 0;
+  // relaxed: hints (see the members' comments); stored only when they change, so the line the
+  // monitor and siblings read is not taken away from them at every service.
+  if (last_cpu_.load(std::memory_order_relaxed) != cpu) {
+    last_cpu_.store(cpu, std::memory_order_relaxed);
+  }
+  if (serves_io_.load(std::memory_order_relaxed) != serving_io) {
+    serves_io_.store(serving_io, std::memory_order_relaxed);
+  }
+  if (!compare || cpu < 0 || !core_.standby_enabled()) return;
+  const std::uint64_t now = core_.coarse_now_ns();
+  // A lower-index sibling, awake and last seen on this CPU, is not running while we are: it
+  // waits for this CPU. Two of us on one CPU only take turns, and each turn leaves the other's
+  // ready work and I/O completions waiting for a scheduler time slice. Its published CPU and
+  // awake flag are hints (stale by up to a service; "awake" includes blocked inside a runnable,
+  // e.g. fork-join waiting for a thief): the kernel confirms that its thread is runnable on this
+  // CPU. That costs a system call, so we ask at most once per service interval.
+  // A sibling inside a long runnable is no one to stand by for: its queued work needs us.
+  // Only where I/O is served (by us or by the sibling): what makes sharing a CPU costly is that
+  // only a reactor's owner can deliver its completions. Executors with CPU work alone lose
+  // nothing but context switches by taking turns, and the kernel's balancer moves one of them
+  // as soon as another CPU has room, while one on standby would give that CPU share away.
+  if (now >= next_sibling_look_ns_) {
+    for (std::uint32_t i = 0; i < index_; ++i) {
+      executor& sibling = core_.executor_at(i);
+      // relaxed: hints, confirmed below.
+      if (sibling.last_cpu_.load(std::memory_order_relaxed) != cpu ||
+          sibling.awake_since_ns_.load(std::memory_order_relaxed) == 0 ||
+          !(serving_io || sibling.serves_io_.load(std::memory_order_relaxed)) ||
+          sibling.on_standby_at(now) || sibling.in_long_runnable()) {
+        continue;
+      }
+      next_sibling_look_ns_ = now + core_.service_interval_ns();
+      if (sibling.thread_runnable_on(cpu)) {
+        enter_standby(i, now);
+        return;
+      }
+    }
+  }
+  if (!on_standby_) return;
+  // Standby ends when its time is up, or at once when the sibling that takes our work is stuck
+  // in a long runnable (what we handed it would wait for that runnable).
+  if (now >= standby_until_ns_.load(std::memory_order_relaxed) ||
+      core_.executor_at(standby_sibling_).in_long_runnable()) {
+    end_standby(now);
+    // Back in service, on whatever CPU the kernel gives us: see whether it is one of our own.
+    on_probation_ = true;
+    probation_started_ns_ = 0;
+    return;
+  }
+  // Work placed in our injector shard meanwhile (a foreign thread's P2C choice made before our
+  // standby, reused for a burst): the sibling's too.
+  hand_queued_work_to_sibling();
+}
+
+void executor::end_standby(std::uint64_t now) noexcept {
+  on_standby_ = false;
+  standby_ended_ns_ = now;
+  standby_until_ns_.store(0, std::memory_order_relaxed);  // relaxed: a hint (see the member)
+}
+
+namespace {
+
+// The calling thread's time on a CPU and time waiting for one, in nanoseconds, from
+// /proc/thread-self/schedstat (false where it cannot be read).
+bool thread_cpu_times(std::uint64_t& running, std::uint64_t& waiting) noexcept {
+  const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[128];
+  const ssize_t length = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (length <= 0) return false;
+  text[length] = '\0';
+  unsigned long long run = 0, wait = 0;
+  if (std::sscanf(text, "%llu %llu", &run, &wait) != 2) return false;
+  running = run;
+  waiting = wait;
+  return true;
+}
+
+}  // namespace
+
+void executor::watch_probation() noexcept {
+  // A CPU we share with a thread that is not ours (the co-location test cannot see it) makes us
+  // wait for it about half the time we are runnable; a CPU of our own, hardly at all.
+  constexpr std::uint64_t evidence_ns = 500'000;  // of runnable time before judging
+  const std::uint64_t now = monotonic_nanoseconds();
+  std::uint64_t running = 0, waiting = 0;
+  if (!thread_cpu_times(running, waiting)) {
+    on_probation_ = false;
+    return;
+  }
+  if (probation_started_ns_ == 0) {
+    probation_started_ns_ = now;
+    probation_running_ns_ = running;
+    probation_waiting_ns_ = waiting;
+    return;
+  }
+  const std::uint64_t ran = running - probation_running_ns_;
+  const std::uint64_t waited = waiting - probation_waiting_ns_;
+  if (ran + waited < evidence_ns) {
+    // Not enough yet; give up after a few service intervals (we were mostly parked: harmless).
+    if (now - probation_started_ns_ > 4 * core_.service_interval_ns()) on_probation_ = false;
+    return;
+  }
+  on_probation_ = false;
+  // Waited more than a quarter of the runnable time: back on standby, under the rules of
+  // watch_cpu: only where I/O is served (on a busy machine every thread waits; CPU work would
+  // give its share away), and not for a sibling stuck in a long runnable.
+  const executor& sibling = core_.executor_at(standby_sibling_);
+  // relaxed: a hint (see the member).
+  const bool serving_io =
+      reactor_->in_flight() != 0 || sibling.serves_io_.load(std::memory_order_relaxed);
+  if (4 * waited > ran + waited && serving_io && !sibling.in_long_runnable()) {
+    enter_standby(standby_sibling_, core_.coarse_now_ns());
+  }
+}
+
+bool executor::thread_runnable_on(int cpu) const noexcept {
+  // relaxed: the id is a plain value; reading 0 (loop not started) means "cannot tell".
+  const int thread_id = thread_id_.load(std::memory_order_relaxed);
+  if (thread_id <= 0) return false;
+  // Opened and closed here rather than kept open: an executor holds no descriptor of its own.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", thread_id);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  // "pid (comm) state ppid ..." (proc(5)): the state is the first field after the last ')' (field
+  // 3), the CPU the thread last ran on ("processor", field 39) 36 fields further.
+  char text[1024];
+  const ssize_t length = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (length <= 0) return false;
+  text[length] = '\0';
+  const char* field = std::strrchr(text, ')');
+  if (field == nullptr || field[1] != ' ') return false;
+  const char state = field[2];
+  if (state != 'R') return false;
+  field += 2;
+  for (int skipped = 0; skipped < 36; ++skipped) {
+    field = std::strchr(field, ' ');
+    if (field == nullptr) return false;
+    ++field;
+  }
+  return std::atoi(field) == cpu;
+}
+
+void executor::enter_standby(std::uint32_t sibling, std::uint64_t now) noexcept {
+  const auto first = std::uint64_t(core_.options().standby_first.count());
+  const auto longest = std::uint64_t(core_.options().standby_longest.count());
+  if (!on_standby_) {
+    // Back to the first length after a long enough spell without standby; 4x per repeat.
+    if (standby_length_ns_ == 0 || now - standby_ended_ns_ >= longest) {
+      standby_length_ns_ = first;
+    } else {
+      standby_length_ns_ = std::min(standby_length_ns_ * 4, longest);
+    }
+    on_standby_ = true;
+    stats_.standbys.store(stats_.standbys.load(std::memory_order_relaxed) + 1,
+                          std::memory_order_relaxed);  // relaxed: single writer, a sample
+  }
+  standby_sibling_ = sibling;
+  // relaxed: a hint for notifiers and placement (see the member's comment).
+  standby_until_ns_.store(now + standby_length_ns_, std::memory_order_relaxed);
+  hand_queued_work_to_sibling();
+}
+
+void executor::hand_queued_work_to_sibling() noexcept {
+  // Our queued work and our injector shard go to the sibling in one batch each.
+  runnable* first_item = nullptr;
+  runnable* last_item = nullptr;
+  std::size_t count = 0;
+  while (runnable* r = local_.pop()) {
+    r->next = nullptr;
+    if (last_item == nullptr) {
+      first_item = r;
+    } else {
+      last_item->next = r;
+    }
+    last_item = r;
+    ++count;
+  }
+  injector& global = core_.global_injector();
+  if (count != 0) global.push_batch(standby_sibling_, first_item, last_item, count);
+  std::size_t taken = 0;
+  if (global.size(index_) != 0) {
+    if (runnable* shard = global.pop_batch(index_, ~std::size_t(0), taken)) {
+      runnable* tail = shard;
+      while (tail->next != nullptr) tail = tail->next;
+      global.push_batch(standby_sibling_, shard, tail, taken);
+    }
+  }
+  // No fence: push_batch counted the items with a seq_cst RMW (as runtime_core::schedule).
+  if (count != 0 || taken != 0) core_.wake_one_if_idle(standby_sibling_);
+}
+
+void executor::hand_to_sibling(runnable* r) noexcept {
+  core_.global_injector().push(standby_sibling_, r);
+  // No fence: the push counted the item with a seq_cst RMW (as runtime_core::schedule).
+  core_.wake_one_if_idle(standby_sibling_);
+}
+
 void executor::park() noexcept {
   const bool was_searching = is_searching_;
   is_searching_ = false;
@@ -464,7 +696,10 @@ void executor::park() noexcept {
   // 2. Re-check every work source after the fence (pairs with notify_work_available's fence; the
   // mailbox's re-check is a seq_cst load against the sender's seq_cst post, executor_mailbox.hpp).
   fence_seq_cst();
-  if (core_.stopping() || core_.any_work_visible(index_)) {
+  // On standby, only work addressed to us: the rest is for executors not on standby, which are
+  // woken for it instead of us (runtime_core::wake_one_if_idle; parking.md).
+  if (core_.stopping() || (on_standby_ ? core_.work_addressed_to(index_)
+                                       : core_.any_work_visible(index_))) {
     is_searching_ = core_.leave_sleepers(index_);
     mailbox_.announce_awake();
     return;
@@ -475,6 +710,14 @@ void executor::park() noexcept {
   spindle::clock& clock = timers_.clock();
   if (clock.is_real_time()) {
     if (auto deadline = timers_.next_deadline()) timeout = *deadline - clock.now();
+  }
+  if (on_standby_) {
+    // Wake up when the standby ends, whoever needs us then (a backstop: work handed to a
+    // sibling that then blocked is also rescued through the monitor, has_rescuable_work).
+    const std::uint64_t until = standby_until_ns_.load(std::memory_order_relaxed);
+    const std::uint64_t now = core_.coarse_now_ns();
+    const clock_duration left(std::int64_t(until > now ? until - now : 0));
+    if (!timeout || left < *timeout) timeout = left;
   }
   stats_.parks.store(stats_.parks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const std::uint64_t parked_at = monotonic_nanoseconds();
@@ -491,6 +734,16 @@ void executor::park() noexcept {
   is_searching_ = core_.leave_sleepers(index_);
   mailbox_.announce_awake();
   core_.executor_awake(awake_since_owner_ns_);
+  // The kernel put us on an idle CPU if it had one; if it put us beside a sibling that waits for
+  // this CPU, it had none (parking.md, "Executors that share a CPU").
+  watch_cpu(true);
+  if (on_standby_ && is_searching_) {
+    // Woken to search, but we stand by: pass the search on (wake_one_if_idle picks a sleeper
+    // not on standby, or nobody when executor 0 is awake and will find the work itself).
+    is_searching_ = false;
+    if (core_.transition_from_searching()) core_.notify_work_available();
+  }
+  if (on_probation_) watch_probation();
   fire_timers();
 }
 
@@ -511,16 +764,21 @@ void executor::run_loop() noexcept {
   awake_since_ns_.store(awake_since_owner_ns_, std::memory_order_relaxed);  // relaxed: sample
   last_service_ns_ = core_.coarse_now_ns();
   current_slice_clock = slice_clock{&core_.coarse_now_ns_, core_.service_interval_ns()};
+  // Siblings read our thread's state when they might be sharing our CPU (watch_cpu).
+  thread_id_.store(int(::gettid()), std::memory_order_relaxed);  // relaxed: see the member
+  watch_cpu(false);
   while (!core_.stopping()) {
     runnable* r = next_runnable();
-    // relaxed: a hint maintained by the monitor.
-    if (r == nullptr && core_.long_runnables_.load(std::memory_order_relaxed) != 0) {
+    // relaxed: a hint maintained by the monitor. On standby we neither rescue nor steal (the
+    // sibling on our CPU does; our standby ends at once if that sibling is the one stuck).
+    if (r == nullptr && !on_standby_ &&
+        core_.long_runnables_.load(std::memory_order_relaxed) != 0) {
       r = rescue_others();
     }
     // 7b: fork-join work this executor re-offered when it ended a piece early
     // (has_waiting_work): after the work it made way for, before other executors' work.
     if (r == nullptr) r = offers_.take();
-    if (r == nullptr) r = search();
+    if (r == nullptr && !on_standby_) r = search();
     if (r != nullptr) {
       run_one(r);
       continue;
@@ -533,6 +791,8 @@ void executor::run_loop() noexcept {
     is_searching_ = false;
     core_.transition_from_searching();
   }
+  // What the reactor's drain wakes stays here (dropped with the queues, shutdown step 5).
+  if (on_standby_) end_standby(core_.coarse_now_ns());
   {
     // No ping after this: the monitor holds the mutex across pthread_kill.
     std::lock_guard lock(ping_mutex_);

@@ -31,11 +31,13 @@
 // Descriptors: one epoll registration per descriptor (EPOLLIN | EPOLLOUT | EPOLLRDHUP |
 // EPOLLET, data = the descriptor number, never a pointer, so a late event for a descriptor we
 // forgot is a lookup that finds nothing), added the first time an operation on it must wait,
-// removed by the close opcode. Edge-triggered, so nothing is re-armed: an event is queued for
-// every readiness change after registration, and an operation that got EAGAIN is retried at the
-// next one. The state of a descriptor (its kind, whether it is registered) is probed once
-// (fstat, fcntl) and kept until the close opcode drops it; the table is indexed by descriptor
-// number and grows only for descriptors that are open.
+// removed by the close opcode, and also when an event finds no operation of ours waiting on it
+// (the task that used it moved to another executor's reactor: otherwise each of its readiness
+// changes would wake this one for nothing). Edge-triggered, so nothing is re-armed: an event is
+// queued for every readiness change after registration, and an operation that got EAGAIN is
+// retried at the next one. The state of a descriptor (its kind, whether it is registered) is
+// probed once (fstat, fcntl) and kept until the close opcode drops it; the table is indexed by
+// descriptor number and grows only for descriptors that are open.
 // A descriptor closed outside the reactor (net's synchronous destructor close) loses its
 // registration in the kernel without our knowing, and its number may come back for a new file.
 // So whenever a descriptor goes from no waiting operation to one, the registration is confirmed
@@ -77,6 +79,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -528,6 +531,22 @@ class epoll_reactor final : public reactor {
       }
       fd_state* state = find_state(int(event.data.u64));
       if (state == nullptr) continue;  // a late event for a descriptor we dropped
+      if (state->idle()) {
+        // Nothing of ours waits on it: its task moved to another executor (stolen, or handed
+        // over by a standby), whose reactor registered it too, or it is between operations.
+        // Left registered, every readiness change would wake this reactor for nothing; the
+        // next operation that waits here registers it again (confirm_registration: ADD).
+        // The descriptor may meanwhile be closed, or reused for another file, by the executor
+        // its task moved to: the kernel resolves the number now, and removes nothing that is
+        // not in our set (ENOENT), so the race is benign. The raw system call keeps
+        // ThreadSanitizer, which treats a descriptor number as memory, from reporting it.
+        const int fd = int(event.data.u64);
+        if (state->registered &&
+            ::syscall(SYS_epoll_ctl, epoll_fd_, EPOLL_CTL_DEL, fd, nullptr) == 0) {
+          state->registered = false;
+        }
+        continue;
+      }
       const std::uint32_t mask = event.events;
       if (mask & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) retry(*state, state->readers);
       if (mask & (EPOLLOUT | EPOLLERR | EPOLLHUP)) retry(*state, state->writers);

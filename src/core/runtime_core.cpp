@@ -48,6 +48,9 @@ runtime_options validated(runtime_options options) {
       throw usage_error("spindle: ping_signal must not be a signal raised by faults");
     }
   }
+  if (options.standby_first.count() < 0 || options.standby_longest < options.standby_first) {
+    throw usage_error("spindle: standby_longest must be at least standby_first (>= 0)");
+  }
   if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
     throw usage_error("spindle: fairness intervals must be at least 1");
   }
@@ -267,6 +270,24 @@ void runtime_core::wake_one_if_idle(std::uint32_t preferred) noexcept {
     if (preferred != no_preference && is_sleeping_[preferred]) {
       chosen = std::find(sleepers_.begin(), sleepers_.end(), preferred);
     }
+    // An executor on standby shares a CPU with a sibling that takes its work (parking.md,
+    // "Executors that share a CPU"): wake another sleeper instead. When every sleeper is on
+    // standby, wake nobody: executor 0 is never on standby (a standby has a lower-index sibling),
+    // so it is not registered as a sleeper and will see the work before it parks (the Dekker
+    // pair above). Not while an executor is in a long runnable (executor 0 may be the one): then
+    // a standby executor is woken like any other, and ends its standby if the sibling it stands
+    // by for is the one stuck (executor::watch_cpu); otherwise it passes the search on.
+    // relaxed: the monitor's hint; the monitor also wakes someone for work stranded meanwhile.
+    if (standby_enabled() && long_runnables_.load(std::memory_order_relaxed) == 0) {
+      const std::uint64_t now = coarse_now_ns();
+      if (executor_at(*chosen).on_standby_at(now)) {
+        auto available = std::find_if(sleepers_.begin(), sleepers_.end(), [&](std::uint32_t i) {
+          return !executor_at(i).on_standby_at(now);
+        });
+        if (available == sleepers_.end()) return;
+        chosen = available;
+      }
+    }
     woken = *chosen;
     *chosen = sleepers_.back();
     sleepers_.pop_back();
@@ -346,6 +367,12 @@ bool runtime_core::leave_sleepers(std::uint32_t index) noexcept {
   const bool searcher = woken_as_searcher_[index] != 0;
   woken_as_searcher_[index] = 0;
   return searcher;
+}
+
+bool runtime_core::work_addressed_to(std::uint32_t self_index) const noexcept {
+  executor& self = executor_at(self_index);
+  return !self.mailbox().empty_for_parking_recheck() || !self.inbox().empty() ||
+         !self.local().empty() || self.offers().maybe_occupied();
 }
 
 bool runtime_core::any_work_visible(std::uint32_t self_index) const noexcept {

@@ -109,6 +109,16 @@ void runtime_monitor::tick(std::uint64_t now) noexcept {
     watch_progress(i, now);
   }
   send_pings(count, now);
+  if (core_.standby_enabled()) {
+    watch_cpu_sharing(count);
+    // Injected work nobody takes: executors on standby are not woken for it while executor 0 is
+    // awake, and executor 0 may be the one inside a long runnable. Wake someone (standby does
+    // not count while an executor is in a long runnable, runtime_core::wake_one_if_idle).
+    // relaxed: a hint.
+    if (core_.long_runnables_.load(std::memory_order_relaxed) != 0 && core_.injector_.any()) {
+      core_.notify_work_available();
+    }
+  }
 }
 
 void runtime_monitor::send_pings(std::uint32_t count, std::uint64_t now) noexcept {
@@ -141,6 +151,35 @@ void runtime_monitor::send_pings(std::uint32_t count, std::uint64_t now) noexcep
       break;
     }
   }
+}
+
+void runtime_monitor::watch_cpu_sharing(std::uint32_t count) noexcept {
+  // Lowest to highest index: the first awake executor seen on a CPU claims it, every later one
+  // on the same CPU is told to compare at its next service (executor::watch_cpu decides).
+  constexpr std::uint32_t unclaimed = ~std::uint32_t(0);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    executor& e = core_.executor_at(i);
+    // relaxed: hints (executor.hpp).
+    const std::int32_t cpu = e.last_cpu_.load(std::memory_order_relaxed);
+    bool shares = false;
+    if (cpu >= 0 && e.awake_since_ns_.load(std::memory_order_relaxed) != 0) {
+      if (std::size_t(cpu) >= cpu_claimed_by_.size()) {
+        cpu_claimed_by_.resize(std::size_t(cpu) + 1, unclaimed);
+      }
+      std::uint32_t& claim = cpu_claimed_by_[std::size_t(cpu)];
+      if (claim == unclaimed) {
+        claim = i;
+        claimed_cpus_.push_back(cpu);
+      } else {
+        shares = true;
+      }
+    }
+    if (e.shares_cpu_.load(std::memory_order_relaxed) != shares) {
+      e.shares_cpu_.store(shares, std::memory_order_relaxed);  // relaxed: a hint
+    }
+  }
+  for (const std::int32_t cpu : claimed_cpus_) cpu_claimed_by_[std::size_t(cpu)] = unclaimed;
+  claimed_cpus_.clear();
 }
 
 void runtime_monitor::sample_utilisation(std::uint32_t index, std::uint64_t now) noexcept {

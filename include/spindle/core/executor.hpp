@@ -39,6 +39,15 @@
 //      then the rest, topology.hpp);
 //   9. park (parking protocol in runtime_core / docs/design/parking.md) until notified or the
 //      next timer deadline.
+// Standby (docs/design/parking.md, "Executors that share a CPU"): an executor serving I/O that
+// finds itself on the CPU of a lower-index sibling whose thread is runnable there (at a wake-up,
+// or at a service the monitor flagged) hands its queued work and injector shard to that sibling
+// and stands by for a while: whatever its reactor, timers or tasks wake goes to the sibling's
+// shard, it takes no injected work, does not rescue or steal, and notifiers wake other
+// executors instead of it. It still runs what is addressed to it (inbox, mailbox, a pinned
+// yielded runnable, its own offer board). Standby ends early when the sibling is found in a long
+// runnable. Afterwards, if its thread waits for its CPU more than a quarter of the time, it
+// stands by again (probation).
 // Service (docs/design/time-slicing.md): after every `budget` runnables, and after any runnable
 // that ends at least `service_interval` of busy time after the last service (read on the
 // monitor's coarse clock: one relaxed load per runnable), the executor fires due timers, polls
@@ -100,6 +109,7 @@ struct executor_stats {
   std::atomic<std::uint64_t> services{0};           // services (timers, I/O, rescue)
   std::atomic<std::uint64_t> rescues{0};            // stuck executors' timers/work taken over
   std::atomic<std::uint64_t> pings{0};              // pings delivered to the ping handler
+  std::atomic<std::uint64_t> standbys{0};           // times it went on standby (CPU shared)
   // Written by the runtime monitor (runtime_monitor.hpp), not by the executor:
   std::atomic<std::uint64_t> busy_nanoseconds{0};  // time spent not parked, as last sampled
   // Utilisation over the last sampling window, in parts per 65536 (see load.md):
@@ -142,7 +152,8 @@ class executor {
   const executor_stats& stats() const noexcept { return stats_; }
   // Load as P2C placement compares it (load.md): queued work (local queue + own injector shard +
   // inbox backlog) weighted 4 per item, plus utilisation in quarters (0..4), plus 64 while the
-  // executor is in a long runnable (new work there would wait for it).
+  // executor is in a long runnable (new work there would wait for it) or on standby (a sibling
+  // on its CPU takes its work).
   std::uint32_t load() const noexcept;
   // Set by the runtime monitor while this executor has been inside one runnable for longer than
   // runtime_options::long_runnable_after (relaxed: a hint for thieves and placement).
@@ -159,6 +170,15 @@ class executor {
   }
   void set_ends_runnable_when_work_waits(bool ends) noexcept {
     ends_runnable_when_work_waits_.store(ends, std::memory_order_relaxed);  // relaxed: a hint
+  }
+  // The CPU the worker thread was last seen on (at its last wake-up or service; -1 before the
+  // first, or where the system cannot tell). Relaxed: a hint, stale by up to a service.
+  std::int32_t last_cpu() const noexcept { return last_cpu_.load(std::memory_order_relaxed); }
+  // Whether this executor is on standby at coarse time `now` (parking.md, "Executors that share
+  // a CPU"): it runs only work addressed to it and hands the rest to a sibling. Relaxed: a hint
+  // for notifiers and placement; the owner's own state is on_standby_.
+  bool on_standby_at(std::uint64_t now) const noexcept {
+    return standby_until_ns_.load(std::memory_order_relaxed) > now;
   }
   // Busy time (not parked) up to `now`, including the current awake stretch (monitor).
   std::uint64_t busy_nanoseconds_until(std::uint64_t now) const noexcept;
@@ -261,6 +281,21 @@ class executor {
   void service() noexcept;
   void fire_timers() noexcept;
   runnable* rescue_others() noexcept;
+  // CPU sharing (parking.md): publishes the current CPU; `compare` also looks for an awake
+  // lower-index sibling last seen on it, and enters, extends or ends standby accordingly.
+  void watch_cpu(bool compare) noexcept;
+  void enter_standby(std::uint32_t sibling, std::uint64_t now) noexcept;
+  void end_standby(std::uint64_t now) noexcept;
+  // On standby: our local queue and our injector shard go to the sibling's shard.
+  void hand_queued_work_to_sibling() noexcept;
+  // After a standby: if our thread waits for its CPU much of the time (a CPU shared with a
+  // thread that is not ours), back on standby. Reads /proc/thread-self/schedstat.
+  void watch_probation() noexcept;
+  // Whether the kernel says this executor's thread is runnable (running or waiting for a CPU)
+  // and last ran on `cpu` (its /proc stat; false when it cannot tell). Any thread; a system call.
+  bool thread_runnable_on(int cpu) const noexcept;
+  // On standby: `r` goes to the sibling's injector shard instead of our local queue.
+  void hand_to_sibling(runnable* r) noexcept;
   std::uint32_t next_random() noexcept;
   void overflow(runnable** items, std::uint32_t count) noexcept;
 
@@ -300,6 +335,20 @@ class executor {
   std::mutex ping_mutex_;
   pthread_t thread_{};
   bool pingable_ = false;
+  // CPU sharing (parking.md, "Executors that share a CPU"). last_cpu_: owner writes (wake-ups,
+  // services), anyone reads. shares_cpu_: the monitor writes, at its tick, while another awake
+  // executor was last seen on the same CPU; the owner reads it at services to decide whether to
+  // compare. standby_until_ns_: owner writes (coarse clock; 0 when not on standby), notifiers
+  // and placement read. All relaxed: hints, never used to publish anything.
+  std::atomic<std::int32_t> last_cpu_{-1};
+  std::atomic<bool> shares_cpu_{false};
+  std::atomic<std::uint64_t> standby_until_ns_{0};
+  // Whether this executor's reactor had operations in flight at its last service or wake-up
+  // (owner writes, siblings read; relaxed: a hint). Standby is for executors serving I/O.
+  std::atomic<bool> serves_io_{false};
+  // The worker thread's kernel id, for its /proc stat (thread_runnable_on); 0 until its loop
+  // starts. Relaxed: a sibling that reads 0 simply does not stand by.
+  std::atomic<int> thread_id_{0};
 
   // Owner-only state.
   executor_message_pool message_pool_;
@@ -318,6 +367,15 @@ class executor {
   std::uint32_t random_state_;
   bool is_searching_ = false;
   std::uint64_t awake_since_owner_ns_ = 0;  // owner's copy of awake_since_ns_
+  bool on_standby_ = false;               // the owner's view of standby_until_ns_
+  std::uint32_t standby_sibling_ = 0;     // who takes our work while on standby
+  std::uint64_t standby_length_ns_ = 0;   // of the last standby (grows 4x per repeat)
+  std::uint64_t standby_ended_ns_ = 0;    // coarse time the last standby ended
+  std::uint64_t next_sibling_look_ns_ = 0;  // after a sibling on our CPU was not runnable
+  bool on_probation_ = false;               // a standby ended; watch_probation decides
+  std::uint64_t probation_started_ns_ = 0;  // 0: not started yet (the next look starts it)
+  std::uint64_t probation_running_ns_ = 0;  // the thread's CPU times when it started
+  std::uint64_t probation_waiting_ns_ = 0;
 };
 
 }  // namespace spindle::core

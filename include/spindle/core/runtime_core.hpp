@@ -88,6 +88,14 @@ struct runtime_options {
   // An executor inside one runnable for this long is "in a long runnable": others take over its
   // due timers and queued work (runtime_monitor.hpp). At least the service interval.
   std::chrono::nanoseconds long_runnable_after = std::chrono::milliseconds(2);
+  // Executors that share a CPU (parking.md, "Executors that share a CPU"): an executor whose
+  // thread finds itself on the CPU of an awake executor with a lower index goes on standby for
+  // `standby_first` (its queued work and whatever its I/O and timers wake go to that sibling;
+  // nobody wakes it for general work), 4x longer each time it happens again, at most
+  // `standby_longest`, and from `standby_first` again after `standby_longest` without standby.
+  // A zero `standby_first` turns standby off.
+  std::chrono::nanoseconds standby_first = std::chrono::milliseconds(16);
+  std::chrono::nanoseconds standby_longest = std::chrono::seconds(1);
   // The loop checks its injector shard first every `injector_check_interval` iterations
   // (fairness to remote work). At the same checks it looks at its oldest local item: if that
   // item has been the oldest for `local_fairness_interval` iterations (it is starving behind a
@@ -220,6 +228,7 @@ class runtime_core final : public scheduler {
     return coarse_now_ns_.load(std::memory_order_relaxed);  // relaxed: a sample of the time
   }
   std::uint64_t service_interval_ns() const noexcept { return service_interval_ns_; }
+  bool standby_enabled() const noexcept { return options_.standby_first.count() != 0; }
   // Executors in a long runnable right now (monitor writes; a hint).
   std::uint32_t long_runnable_count() const noexcept {
     return long_runnables_.load(std::memory_order_relaxed);
@@ -251,6 +260,9 @@ class runtime_core final : public scheduler {
   // (returns false), else returns whether whoever woke it counted it as a searcher.
   bool leave_sleepers(std::uint32_t index) noexcept;
   bool any_work_visible(std::uint32_t self_index) const noexcept;
+  // The parking re-check of an executor on standby: what its loop still takes on standby, its
+  // mailbox, inbox, local queue and own offer board.
+  bool work_addressed_to(std::uint32_t self_index) const noexcept;
   void wake_one_if_idle(std::uint32_t preferred) noexcept;
   void drain_mailboxes() noexcept;
   void drain_queues() noexcept;

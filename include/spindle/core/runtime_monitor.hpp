@@ -42,6 +42,12 @@
 //      signal is pending: blocked, or the worker is off the CPU) is not sent again until it is
 //      taken: a real-time ping signal is queued, not merged, and an extra copy would reach the
 //      program's own handler as a signal that is not a ping.
+//   5. CPU sharing (docs/design/parking.md, "Executors that share a CPU"): each awake executor
+//      publishes the CPU it was last seen on; every awake executor whose CPU a lower-index awake
+//      one also claims gets its `shares_cpu` hint, so that its next service compares (the
+//      executor decides, with the kernel's word, whether to go on standby). And while an
+//      executor is in a long runnable with injected work waiting, someone is woken for it
+//      (executors on standby are otherwise not woken while executor 0 is awake).
 // Idle: when no executor has been awake for 20 ms (utilisation has decayed) the monitor sleeps
 // until one wakes (executor::park notifies it;
 // a Dekker pair of seq_cst operations on `idle_` and the runtime's unparked count means no wake
@@ -93,10 +99,15 @@ class runtime_monitor {
   void watch_progress(std::uint32_t index, std::uint64_t now) noexcept;
   void send_pings(std::uint32_t count, std::uint64_t now) noexcept;
   void sleep_while_all_parked() noexcept;
+  void watch_cpu_sharing(std::uint32_t count) noexcept;
 
   runtime_core& core_;
   std::thread thread_;
   std::vector<executor_view> views_;  // monitor thread only
+  // CPU sharing (step 4): per CPU id, the awake executor that claimed it this tick, and the
+  // CPUs claimed (to reset them). Monitor thread only.
+  std::vector<std::uint32_t> cpu_claimed_by_;
+  std::vector<std::int32_t> claimed_cpus_;
   std::atomic<std::uint64_t> ticks_{0};
   std::mutex mutex_;
   std::condition_variable wake_;

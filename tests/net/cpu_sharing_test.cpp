@@ -1,0 +1,144 @@
+// Executors that share a CPU while serving I/O (parking.md, "Executors that share a CPU"), on
+// both reactor backends: the higher-index executor goes on standby with connections whose I/O
+// is in flight on its reactor, and what their completions wake runs on the other; every byte
+// still comes back; work addressed to the standby executor (spawn_on), its timers and foreign
+// spawns all run meanwhile; executors on different CPUs never stand by; standby_first = 0 turns
+// it off. Workers are pinned with on_worker_start, which makes the sharing certain. Liveness
+// with generous bounds; no test times performance.
+#include <sched.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "net/net_test_support.hpp"
+#include "spindle/core/executor.hpp"
+#include "spindle/core/runtime_core.hpp"
+
+namespace {
+
+using namespace net_test;
+using namespace std::chrono_literals;
+using spindle::testing::join_bounded;
+
+class NetCpuSharing : public on_backend {
+ protected:
+  // Options with executor i pinned to cpus[i % cpus.size()].
+  spindle::runtime_options pinned(std::vector<int> cpus) const {
+    spindle::runtime_options result = options();
+    result.on_worker_start = [cpus](std::uint32_t index) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[index % cpus.size()], &one);
+      sched_setaffinity(0, sizeof one, &one);
+    };
+    return result;
+  }
+};
+SPINDLE_NET_ON_BOTH_BACKENDS(NetCpuSharing);
+
+// The CPUs this process may run on, lowest first.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+std::uint64_t standbys_of(spindle::runtime& rt, std::uint32_t index) {
+  return rt.core().executor_at(index).stats().standbys.load();
+}
+
+bool on_standby(spindle::runtime& rt, std::uint32_t index) {
+  return rt.core().executor_at(index).on_standby_at(rt.core().coarse_now_ns());
+}
+
+// Rounds of loopback echo (every byte checked) until `stop()` holds or `rounds` ran.
+template <class Stop>
+void echo_rounds(spindle::runtime& rt, Stop stop, int rounds) {
+  const int connections = scaled(64, 64, 16);
+  std::size_t expected = 0;
+  for (int i = 0; i < connections; ++i) expected += echo_size(std::uint32_t(i));
+  for (int round = 0; round < rounds && !stop(); ++round) {
+    auto listener = spindle::net::tcp_listener::bind(spindle::net::endpoint::loopback_v4(0), 4096);
+    auto served = rt.spawn(echo_server(listener, connections));
+    auto verified = rt.spawn(run_echo_clients(listener.local_endpoint(), connections));
+    ASSERT_EQ(join_bounded(std::move(verified), 60s), connections);
+    ASSERT_EQ(join_bounded(std::move(served), 60s), expected);
+  }
+}
+
+TEST_P(NetCpuSharing, EchoWhileTwoExecutorsShareOneCpu) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  spindle::runtime rt(pinned({cpus[0]}));
+  echo_rounds(rt, [&] { return standbys_of(rt, 1) != 0; }, 50);
+  EXPECT_GT(standbys_of(rt, 1), 0u);
+  // Executor 0 has no lower-index sibling: it never stands by, so someone always serves.
+  EXPECT_EQ(standbys_of(rt, 0), 0u);
+  echo_rounds(rt, [] { return false; }, 3);  // and after the standby, as before
+}
+
+spindle::task<int> sleep_ticks(int count) {
+  int ticks = 0;
+  for (int i = 0; i < count; ++i) {
+    co_await spindle::sleep_for(1ms);
+    ++ticks;
+  }
+  co_return ticks;
+}
+
+spindle::task<void> yielder(std::atomic<int>& finished) {
+  for (int i = 0; i < 10; ++i) co_await spindle::yield_now();
+  finished.fetch_add(1);
+}
+
+// While executor 1 stands by: work addressed to it (its inbox) runs there, the timers that work
+// arms there fire and what they wake runs on executor 0, and tasks spawned from a plain thread
+// (placement avoids the standby executor, wake-ups skip it) all run.
+TEST_P(NetCpuSharing, WorkAddressedToAStandbyExecutorAndForeignSpawnsRun) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  spindle::runtime_options options = pinned({cpus[0]});
+  options.standby_first = 2s;  // still on standby when the work below arrives
+  options.standby_longest = 8s;
+  spindle::runtime rt(std::move(options));
+  echo_rounds(rt, [&] { return on_standby(rt, 1); }, 50);
+  ASSERT_TRUE(on_standby(rt, 1));
+  auto ticks = rt.spawn_on(1, sleep_ticks(20));
+  std::atomic<int> finished{0};
+  std::vector<spindle::join_handle<void>> handles;
+  for (int i = 0; i < 200; ++i) handles.push_back(rt.spawn(yielder(finished)));
+  for (auto& h : handles) join_bounded(std::move(h), 20s);
+  EXPECT_EQ(finished.load(), 200);
+  EXPECT_EQ(join_bounded(std::move(ticks), 20s), 20);
+}
+
+TEST_P(NetCpuSharing, ExecutorsOnDifferentCpusNeverStandBy) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  spindle::runtime rt(pinned({cpus[0], cpus[1]}));
+  echo_rounds(rt, [] { return false; }, 5);
+  EXPECT_EQ(standbys_of(rt, 0), 0u);
+  EXPECT_EQ(standbys_of(rt, 1), 0u);
+}
+
+TEST_P(NetCpuSharing, StandbyFirstZeroTurnsItOff) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  spindle::runtime_options options = pinned({cpus[0]});
+  options.standby_first = 0ns;
+  spindle::runtime rt(std::move(options));
+  echo_rounds(rt, [] { return false; }, 5);
+  EXPECT_EQ(standbys_of(rt, 1), 0u);
+}
+
+}  // namespace
