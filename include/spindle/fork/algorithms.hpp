@@ -48,7 +48,7 @@ void for_each_offset(std::size_t count, Body& body) {
     for (std::size_t i = begin; i < end; ++i) body(i);
   };
   auto combine = [](std::monostate, std::monostate) { return std::monostate{}; };
-  run_loop(count, std::monostate{}, block, combine);
+  run_loop(count, [] { return std::monostate{}; }, block, combine);
 }
 
 // Quicksort with the two sides of every partition forked. Elements equal to the pivot are
@@ -136,17 +136,14 @@ void parallel_map(In&& in, Out&& out, F&& f) {
   fork_detail::for_each_offset(std::size_t(std::ranges::size(in)), body);
 }
 
-// combine(... combine(combine(identity, map(e0)), map(e1)) ..., map(en)) with the combinations
-// regrouped freely: `combine` must be associative and `identity` neutral for it.
-template <std::ranges::random_access_range Range, class T, class Map, class Combine>
-  requires std::ranges::sized_range<Range> &&
-           std::invocable<Map&, std::ranges::range_reference_t<Range>> &&
-           std::invocable<Combine&, T, T>
-T parallel_reduce(Range&& range, T identity, Map&& map, Combine&& combine) {
-  fork_detail::check_callable(map);
-  fork_detail::check_callable(combine);
+namespace fork_detail {
+
+template <class T, class Range, class Map, class Combine, class MakeIdentity>
+T reduce(Range& range, const MakeIdentity& make_identity, Map& map, Combine& combine) {
+  check_callable(map);
+  check_callable(combine);
   auto first = std::ranges::begin(range);
-  const std::size_t count = fork_detail::checked_count(std::ranges::ssize(range));
+  const std::size_t count = checked_count(std::ranges::ssize(range));
   auto block = [&](std::size_t begin, std::size_t end, T& accumulator) {
     T local = std::move(accumulator);  // a local the optimiser can keep in registers
     for (std::size_t i = begin; i < end; ++i) {
@@ -155,8 +152,39 @@ T parallel_reduce(Range&& range, T identity, Map&& map, Combine&& combine) {
     accumulator = std::move(local);
   };
   auto join = [&](T left, T right) { return T(combine(std::move(left), std::move(right))); };
-  if (count == 0) return identity;
-  return fork_detail::run_loop(count, identity, block, join);
+  if (count == 0) return make_identity();
+  return run_loop(count, make_identity, block, join);
+}
+
+}  // namespace fork_detail
+
+// combine(... combine(combine(identity, map(e0)), map(e1)) ..., map(en)) with the combinations
+// regrouped freely: `combine` must be associative and `identity` neutral for it. Every piece of
+// the loop starts from a copy of `identity`, so T must be copyable; for a move-only T pass a
+// function that makes the identity instead (the overload below).
+template <std::ranges::random_access_range Range, class T, class Map, class Combine>
+  requires std::ranges::sized_range<Range> &&
+           std::invocable<Map&, std::ranges::range_reference_t<Range>> &&
+           std::invocable<Combine&, T, T>
+T parallel_reduce(Range&& range, T identity, Map&& map, Combine&& combine) {
+  static_assert(std::copy_constructible<T>,
+                "spindle::parallel_reduce copies `identity` to start each piece of the loop: for "
+                "a move-only result, pass a function returning a fresh identity instead, "
+                "parallel_reduce(range, [] { return T(...); }, map, combine)");
+  const auto make_identity = [&identity] { return identity; };
+  return fork_detail::reduce<T>(range, make_identity, map, combine);
+}
+
+// The same with the identity made by `make_identity()` for each piece (results that cannot be
+// copied, or are expensive to copy).
+template <std::ranges::random_access_range Range, class MakeIdentity, class Map, class Combine,
+          class T = std::remove_cvref_t<std::invoke_result_t<MakeIdentity&>>>
+  requires std::ranges::sized_range<Range> && std::invocable<const MakeIdentity&> &&
+           (!std::invocable<Combine&, MakeIdentity, MakeIdentity>) &&
+           std::invocable<Map&, std::ranges::range_reference_t<Range>> &&
+           std::invocable<Combine&, T, T>
+T parallel_reduce(Range&& range, MakeIdentity make_identity, Map&& map, Combine&& combine) {
+  return fork_detail::reduce<T>(range, make_identity, map, combine);
 }
 
 // Sorts [first, last) by `compare` (not stable): parallel quicksort, each partition's two sides

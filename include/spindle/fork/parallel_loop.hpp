@@ -28,14 +28,15 @@
 // finishes its own part instead and waits, and the stop is cancelled there.
 //
 // Results are combined in element order: (elements of the first blocks) + (the owner's
-// remainder) + (the delegated upper half). `combine` must be associative; `identity` is its
-// neutral element (used to start every piece).
+// remainder) + (the delegated upper half). `combine` must be associative; `make_identity()`
+// returns its neutral element (called to start every piece, so move-only values work).
 #pragma once
 
 #include <cstddef>
 #include <exception>
 #include <new>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "spindle/fork/fork_state.hpp"
@@ -44,11 +45,11 @@ namespace spindle::fork_detail {
 
 // What every piece of one loop shares; lives in the caller's frame for the whole loop.
 // block(begin, end, accumulator) folds elements [begin, end) into the accumulator, in order.
-template <class Value, class Block, class Combine>
+template <class Block, class Combine, class MakeIdentity>
 struct loop_context {
   Block* block;
   Combine* combine;
-  const Value* identity;
+  const MakeIdentity* make_identity;
 };
 
 // Where a delegate's piece stopped early (slices): everything from `at` to the piece's end is
@@ -138,7 +139,7 @@ template <class Value, class Context>
 Value loop_reduce(std::size_t first, std::size_t last, const Context& context,
                   std::uint64_t epoch, slice_stop* stop) {
   fork_thread_state* state = thread_state();
-  Value accumulator = *context.identity;
+  Value accumulator = (*context.make_identity)();
   // relaxed: the frame stack is shared with this thread's ping handler only (fork_state.hpp).
   latent_frame** const slot = state->top.load(std::memory_order_relaxed);
   if (slot == state->limit) [[unlikely]] {
@@ -246,9 +247,11 @@ Value loop_reduce(std::size_t first, std::size_t last, const Context& context,
 }
 
 // Entry point: reduces element offsets [0, count).
-template <class Value, class Block, class Combine>
-Value run_loop(std::size_t count, const Value& identity, Block& block, Combine& combine) {
-  const loop_context<Value, Block, Combine> context{&block, &combine, &identity};
+template <class MakeIdentity, class Block, class Combine,
+          class Value = std::invoke_result_t<const MakeIdentity&>>
+Value run_loop(std::size_t count, const MakeIdentity& make_identity, Block& block,
+               Combine& combine) {
+  const loop_context<Block, Combine, MakeIdentity> context{&block, &combine, &make_identity};
   // relaxed: see loop_reduce.
   return loop_reduce<Value>(0, count, context, thread_state()->epoch.load(std::memory_order_relaxed),
                             nullptr);
