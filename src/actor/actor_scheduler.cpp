@@ -594,6 +594,13 @@ void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) no
   cell->release();  // the system's reference
 }
 
+void actor_scheduler::adopt_orphan_for_shutdown(actor_cell* cell) noexcept {
+  // No worker runs any more: the owner-only fields are ours. Not adopt(idle): that skips an
+  // actor ever homed, as a migrating one was (it left its old home's list in hand_over).
+  if (cell->homed || cell->where == placement::halted) return;
+  add_homed(cell);
+}
+
 void actor_scheduler::halt_all_for_shutdown() noexcept {
   while (actor_cell* cell = homed_head_) {
     halt(cell, exit_reason{exit_kind::shutdown, {}}, false);
@@ -720,7 +727,7 @@ void actor_system::shutdown() noexcept {
     // An orphan's adopt message was discarded: adopt it into its home's scheduler (unless it
     // halted meanwhile), halt it there, and drop the message's reference.
     actor_scheduler& home = scheduler(cell->home.load(std::memory_order_relaxed));
-    home.adopt(cell, adopt_mode::idle);
+    home.adopt_orphan_for_shutdown(cell);
     home.halt_all_for_shutdown();
     cell->release();
   }

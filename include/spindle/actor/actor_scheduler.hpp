@@ -95,7 +95,8 @@
 //
 // Shutdown (runtime shutdown step 6, after tasks were abandoned; no worker runs any more):
 //   1. adopt messages still in flight were handed over as orphans (executor message delivered
-//      with a null receiver);
+//      with a null receiver): actors spawned elsewhere, and actors migrating (migration, a
+//      stuck executor's hand-off), which are in no homed list;
 //   2. every actor in a scheduler's homed list, and every orphan, halts with reason shutdown:
 //      its pending messages are destroyed, its behaviour too, watchers are not notified;
 //   3. the system drops its reference to each; cells still referenced by actor refs stay until
@@ -189,6 +190,10 @@ class actor_scheduler {
   void wake(actor_detail::actor_cell* cell) noexcept;
   // Shutdown step 2 for the actors homed here.
   void halt_all_for_shutdown() noexcept;
+  // Shutdown step 2 for an orphan (its adopt message was discarded): homes it here, to be
+  // halted, unless it is homed somewhere (halted there already) or halted. A migrated actor
+  // whose adopt message was in flight is homed nowhere: without this it never halted.
+  void adopt_orphan_for_shutdown(actor_detail::actor_cell* cell) noexcept;
   // This executor is in a long runnable (at its service points, the runtime's long-runnable
   // hook): the waiting actors that may live elsewhere move to executors that are not.
   void hand_away_while_stuck() noexcept;
