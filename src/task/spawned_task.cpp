@@ -8,13 +8,6 @@
 #include "spindle/task/tidy.hpp"
 
 namespace spindle::detail {
-namespace {
-
-thread_local spawned_task_base* current_task = nullptr;
-
-}  // namespace
-
-spawned_task_base* spawned_task_base::current() noexcept { return current_task; }
 
 // A worker of some runtime, or any thread while it runs a task (an embedded executor's tick):
 // blocking there would stop the very thread that must run what is awaited.

@@ -51,6 +51,61 @@ TYPED_TEST(CooperativeBudgetOnRuntime, ATickerKeepsTickingBesideALoopOfImmediate
                       << " ticks while the loop ran for 5 s";
 }
 
+// T3: a cancelled task meets its cancellation at its next suspension point, including an await
+// that would complete at once (a free mutex, a set event, ...), not only at sleeps and yields
+// (issue 14, item 9: before, an already-cancelled task passed through these).
+template <class Case>
+spindle::task<bool> await_once_after_cancel(Case& awaits, std::atomic<bool>& running,
+                                            std::atomic<bool>& cancelled) {
+  running.store(true);
+  while (!cancelled.load()) {
+  }
+  try {
+    static_cast<void>(co_await awaits.step());
+  } catch (const spindle::task_cancelled&) {
+    co_return true;
+  }
+  co_return false;
+}
+
+TYPED_TEST(CooperativeBudgetOnRuntime, AnImmediateAwaitDeliversAPendingCancellation) {
+  TypeParam awaits;  // outlives the runtime's tasks
+  spindle::runtime rt({.workers = 1});
+  std::atomic<bool> running{false}, cancelled{false};
+  auto handle = rt.spawn(await_once_after_cancel(awaits, running, cancelled));
+  spindle::testing::spin_until([&running] { return running.load(); });  // cancelled while running
+  handle.cancel();
+  cancelled.store(true);
+  EXPECT_TRUE(join_bounded(std::move(handle), 30s))
+      << "the await completed although the task was cancelled";
+}
+
+spindle::task<bool> join_finished_after_cancel(spindle::join_handle<void> finished,
+                                               std::atomic<bool>& running,
+                                               std::atomic<bool>& cancelled) {
+  running.store(true);
+  while (!cancelled.load()) {
+  }
+  try {
+    co_await std::move(finished);
+  } catch (const spindle::task_cancelled&) {
+    co_return true;
+  }
+  co_return false;
+}
+
+TEST(CooperativeBudgetOnRuntime, JoiningAFinishedTaskDeliversAPendingCancellation) {
+  spindle::runtime rt({.workers = 1});
+  auto finished = rt.spawn(immediate::nothing());
+  ASSERT_TRUE(spindle::testing::eventually([&finished] { return finished.is_finished(); }));
+  std::atomic<bool> running{false}, cancelled{false};
+  auto handle = rt.spawn(join_finished_after_cancel(std::move(finished), running, cancelled));
+  spindle::testing::spin_until([&running] { return running.load(); });
+  handle.cancel();
+  cancelled.store(true);
+  EXPECT_TRUE(join_bounded(std::move(handle), 30s));
+}
+
 // Joins of tasks that have already completed never suspend; a task spawned beside the loop on
 // the same (only) worker still runs before the loop has used up its handles.
 TEST(CooperativeBudgetOnRuntime, ATaskSpawnedBesideALoopOfFinishedJoinsRuns) {

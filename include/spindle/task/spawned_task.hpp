@@ -160,6 +160,7 @@ class spawned_task_base : public core::runnable {
   // cancelled, destroys its frames, wakes its joiner, drops the running reference.
   void abandon() noexcept;
 
+  // The task running on this thread (null outside tasks). Inline: every await reads it.
   static spawned_task_base* current() noexcept;
 
  protected:
@@ -199,6 +200,10 @@ class spawned_task_base : public core::runnable {
   task_extras& extras();
 };
 
+// The task running on this thread (spawned_task_base::run_entry sets it).
+inline thread_local spawned_task_base* current_task = nullptr;
+inline spawned_task_base* spawned_task_base::current() noexcept { return current_task; }
+
 // Cooperative budget (C6): how many awaits a task may complete without suspending before it must
 // yield to its executor even though nothing made it wait. Reset each time the task is run.
 //
@@ -212,8 +217,10 @@ class spawned_task_base : public core::runnable {
 //
 // The protocol of an await that may complete without suspending (cooperative_await below):
 //   - await_ready, before its fast path: `if (!cooperative_await::may_complete_inline())
-//     return false;`. False only in a spawned task whose budget is used up: the fast path does
-//     not run and the await goes through await_suspend, which makes it a suspension point;
+//     return false;`. False in a spawned task whose budget is used up or whose cancellation
+//     was requested: the fast path does not run and the await goes through await_suspend, which
+//     makes it a suspension point (so a cancelled task meets its cancellation at its next
+//     await, T3, whether or not that await would have waited);
 //   - await_suspend: the usual registration first (in an await that is a cancellation point,
 //     begin_registration delivers a pending cancellation: nothing is taken, the await throws
 //     task_cancelled; a slot's turn and the structured-cleanup join are no cancellation points).
@@ -266,10 +273,14 @@ inline bool consume_cooperative_budget() noexcept {
 // The one place the awaits of every primitive meet the budget (the protocol above).
 struct cooperative_await {
   // await_ready, before a fast path that completes the await at once: counts the await. False
-  // (do not run the fast path; go through await_suspend) only in a spawned task whose budget is
-  // used up. current() is read only then, so the common path is a thread-local decrement.
+  // (do not run the fast path; go through await_suspend) in a spawned task whose budget is used
+  // up, and in one whose cancellation was requested: await_suspend's registration delivers it
+  // where the await is a cancellation point (T3: the next suspension point, whether or not it
+  // would wait), and completes the await at once where it is not.
   static bool may_complete_inline() noexcept {
-    return !consume_cooperative_budget() || spawned_task_base::current() == nullptr;
+    const spawned_task_base* task = spawned_task_base::current();
+    if (task == nullptr) return true;
+    return !consume_cooperative_budget() && !task->cancellation_requested();
   }
   // await_suspend of `task`, the operation completed without waiting (already counted by
   // may_complete_inline): true (suspended) after yield() if the budget is used up; false (go on
