@@ -27,6 +27,7 @@
 #include <spindle/net/net.hpp>
 #include <spindle/spindle.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -106,23 +107,35 @@ struct request_parser {
 
 // Shuts the connection down once `deadline` passes without being pushed back. The deadline is
 // written by the connection task, which may run on another executor: hence the atomic.
+// The deadline moves later (an answer: now + idle_timeout) or earlier (a request begins: now +
+// request_timeout, often well before the idle deadline the watchdog is sleeping to). Rather than
+// be woken, the watchdog never sleeps longer than `request_timeout` at a time and re-reads the
+// deadline when it wakes: a request begun at t has the deadline t + request_timeout, and the
+// watchdog's sleep that spans t (begun at w <= t) ends by w + request_timeout <= t +
+// request_timeout, so the deadline is seen in time (one request_timeout later at worst, if the
+// store was not yet visible at that wake). Cost: an idle connection's watchdog wakes once per
+// request_timeout, not once per idle_timeout.
 spindle::task<void> watchdog(const spindle::net::tcp_stream& stream,
-                             const std::atomic<spindle::clock_time>& deadline) {
+                             const std::atomic<spindle::clock_time>& deadline,
+                             spindle::clock_duration request_timeout) {
   for (;;) {
-    co_await spindle::sleep_until(deadline.load(std::memory_order_relaxed));
-    if (spindle::now() >= deadline.load(std::memory_order_relaxed)) {
+    // relaxed: the deadline is a lone value, nothing else is published with it
+    const spindle::clock_time current = deadline.load(std::memory_order_relaxed);
+    const spindle::clock_time now = spindle::now();
+    if (now >= current) {
       // The pending read returns 0 (a pending write fails): the connection task ends. A failure
       // (a peer that reset the connection already) changes nothing.
       ::shutdown(stream.native_handle(), SHUT_RDWR);
       co_return;
     }
+    co_await spindle::sleep_until(std::min(current, now + request_timeout));
   }
 }
 
 spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
   request_parser requests;
   std::atomic<spindle::clock_time> deadline{spindle::now() + limits.idle_timeout};
-  auto guard = spindle::spawn(watchdog(stream, deadline));
+  auto guard = spindle::spawn(watchdog(stream, deadline, limits.request_timeout));
   std::array<std::byte, 8192> buffer;
   std::string out;
   try {

@@ -90,6 +90,35 @@ class server_process {
 
   // Starts the server and waits until it accepts connections. Failures are gtest assertions.
   void start(const std::string& backend, const server_options& options) {
+    ASSERT_NO_FATAL_FAILURE(launch(backend, options));
+    ASSERT_NO_FATAL_FAILURE(await_listening());
+  }
+
+  // Starts the server with a configuration it must refuse: it must exit without ever listening.
+  // Returns its wait status (-1 if it started listening or did not exit in time; the log says).
+  int start_expecting_refusal(const std::string& backend, const server_options& options) {
+    launch(backend, options);
+    if (pid_ <= 0) return -1;
+    // Its stderr until the end of the stream (the exit) or the "listening" line.
+    const auto deadline = clock_type::now() + patience;
+    while (log_.find("listening on") == std::string::npos) {
+      pollfd p{log_fd_, POLLIN, 0};
+      if (::poll(&p, 1, remaining_ms(deadline)) != 1) return -1;
+      char chunk[512];
+      const ssize_t n = ::read(log_fd_, chunk, sizeof chunk);
+      if (n <= 0) {
+        int status = -1;
+        if (!wait_for_exit(status)) return -1;
+        pid_ = -1;
+        return status;
+      }
+      log_.append(chunk, std::size_t(n));
+    }
+    return -1;
+  }
+
+ private:
+  void launch(const std::string& backend, const server_options& options) {
     // Everything the child needs is built before fork: after it only async-signal-safe calls.
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) {
@@ -127,7 +156,9 @@ class server_process {
     }
     ::close(log[1]);
     log_fd_ = log[0];
+  }
 
+  void await_listening() {
     // The server names its port: "http_hello listening on 127.0.0.1:PORT".
     const auto deadline = clock_type::now() + patience;
     constexpr std::string_view marker = "listening on 127.0.0.1:";
@@ -162,6 +193,8 @@ class server_process {
         << open_fds() << " descriptors open, " << baseline_fds_ << " before the first connection";
   }
 
+
+ public:
   std::uint16_t port() const noexcept { return port_; }
   pid_t pid() const noexcept { return pid_; }
   int baseline_fds() const noexcept { return baseline_fds_; }
@@ -809,6 +842,93 @@ TEST_P(HttpHello, PeersThatCloseOrResetMidRequest) {
   EXPECT_EQ(fresh_get(server_), hello_response);
   EXPECT_TRUE(server_.fds_become(server_.baseline_fds()))
       << server_.open_fds() << " open, " << server_.baseline_fds() << " at the start";
+}
+
+// 7. The request limit is enforced on its own, not only when the idle limit ends (issue 14): with
+// a 2 s request limit and a 30 s idle limit, a request that stalls (a partial request line, partial
+// headers, after an answered request too) or never ends (an upload trickling a byte per 100 ms) is
+// cut 2 s after its first byte: the test accepts a close between 1.5 s and 5 s. Nothing is
+// answered to the cut requests (no 400 either).
+TEST_P(HttpHello, RequestTimeoutCutsAStalledRequest) {
+  server_options options;
+  options.environment = {{"SPINDLE_HTTP_REQUEST_TIMEOUT_MS", "2000"},
+                         {"SPINDLE_HTTP_IDLE_TIMEOUT_MS", "30000"}};
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), options));
+
+  struct stalled_client {
+    const char* what;
+    std::string answered;  // a complete request sent first, and its expected answer
+    std::string partial;   // then the first bytes of a request, at `begun`
+    bool trickles = false;  // then a byte per interval, for ever
+    int fd = -1;
+    clock_type::time_point begun{};
+    std::optional<clock_type::duration> closed_after;
+    std::string received;
+  };
+  std::vector<stalled_client> clients = {
+      {"partial request line", "", "GET / HT"},
+      {"partial headers", "", "GET / HTTP/1.1\r\nHost: test\r\nX-Stall: "},
+      {"an answered request, then partial headers", std::string(get_request),
+       "GET / HTTP/1.1\r\nHost: test\r\n"},
+      {"endless upload", "", "POST / HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n\r\n",
+       true},
+  };
+  struct close_all {
+    std::vector<stalled_client>& clients;
+    ~close_all() {
+      for (auto& c : clients) {
+        if (c.fd >= 0) ::close(c.fd);
+      }
+    }
+  } closer{clients};
+  for (auto& c : clients) {
+    c.fd = server_.try_connect();
+    ASSERT_GE(c.fd, 0) << c.what;
+    if (!c.answered.empty()) {
+      ASSERT_TRUE(send_all(c.fd, c.answered)) << c.what;
+      ASSERT_EQ(receive(c.fd, hello_response.size()), hello_response) << c.what;
+    }
+    c.begun = clock_type::now();
+    ASSERT_TRUE(send_all(c.fd, c.partial)) << c.what;
+  }
+  // The poll for a close is the interval between the upload's bytes.
+  const auto give_up = clock_type::now() + 5s;
+  const auto all_closed = [&] {
+    return std::all_of(clients.begin(), clients.end(),
+                       [](const stalled_client& c) { return c.closed_after.has_value(); });
+  };
+  while (!all_closed() && clock_type::now() < give_up) {
+    std::vector<pollfd> polled;
+    for (auto& c : clients) {
+      if (c.closed_after) continue;
+      if (c.trickles && ::send(c.fd, "x", 1, MSG_NOSIGNAL) != 1) {
+        c.closed_after = clock_type::now() - c.begun;  // EPIPE, ECONNRESET: closed
+        continue;
+      }
+      polled.push_back({c.fd, POLLIN, 0});
+    }
+    if (polled.empty() || ::poll(polled.data(), polled.size(), 100) <= 0) continue;
+    for (const pollfd& p : polled) {
+      if (p.revents == 0) continue;
+      auto& c = *std::find_if(clients.begin(), clients.end(), [&](auto& x) { return x.fd == p.fd; });
+      char chunk[512];
+      const ssize_t n = ::recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
+      if (n > 0) {
+        c.received.append(chunk, std::size_t(n));
+      } else if (n == 0 || errno == ECONNRESET) {
+        c.closed_after = clock_type::now() - c.begun;
+      }
+    }
+  }
+  for (const auto& c : clients) {
+    SCOPED_TRACE(c.what);
+    ASSERT_TRUE(c.closed_after.has_value()) << "still open 5 s after the request began";
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*c.closed_after).count();
+    EXPECT_GE(ms, 1500) << "cut before the request limit";
+    EXPECT_LE(ms, 5000);
+    EXPECT_EQ(c.received, "");
+  }
+  EXPECT_EQ(fresh_get(server_), hello_response);
 }
 
 }  // namespace
