@@ -8,7 +8,10 @@
 // "HTTP/1.1 200 OK ... hello" (HEAD: the same header, no body). A malformed request gets
 // "400 Bad Request" (after the answers to the requests before it) and the connection is closed;
 // so is one after a request that does not keep the connection alive ("Connection: close",
-// HTTP/1.0), without reading further requests.
+// HTTP/1.0), without reading further requests. What this server does not speak gets "501 Not
+// Implemented" (in order too) and the close: CONNECT (a 2xx would mean "tunnel established") and
+// a protocol upgrade ("Connection: upgrade" with "Upgrade: websocket", "h2c", ...; an Upgrade
+// header without that Connection option is ignored, as RFC 9110 7.8 allows).
 // Bounded waiting (slowloris): a request must arrive completely within `request_timeout` of the
 // read that brought its first byte, and a keep-alive connection is closed when no request begins
 // within `idle_timeout` of the last answer (or of the accept); bytes that begin no request (empty
@@ -48,6 +51,8 @@ constexpr std::string_view hello_response =
 constexpr std::string_view hello_head_response = hello_response.substr(0, hello_response.size() - 5);
 constexpr std::string_view bad_request_response =
     "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+constexpr std::string_view not_implemented_response =
+    "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 struct timeouts {
   spindle::clock_duration request_timeout = 10s;
@@ -58,7 +63,8 @@ struct timeouts {
 enum class parse_result {
   more,       // every byte parsed; the connection stays open
   closing,    // a request that does not keep the connection alive was completed: answer, close
-  malformed,  // a parse error (or an upgrade, which this server does not speak): 400, close
+  malformed,  // a parse error: 400, close
+  refused,    // CONNECT or an upgrade, which this server does not speak: 501, close
 };
 
 // Parser state of one connection: counts begun requests and collects the answers to the completed
@@ -69,6 +75,7 @@ struct request_parser {
   std::string answers;    // to the requests completed since the last write
   bool close_after = false;
   bool in_message = false;
+  bool refused = false;   // the current request is CONNECT or an upgrade: parsing stopped
 
   request_parser() {
     http_parser_init(&parser, HTTP_REQUEST);
@@ -82,6 +89,15 @@ struct request_parser {
         ++self->begun;
         self->in_message = true;
         return 0;
+      };
+      // http-parser sets `upgrade` before this callback for CONNECT and for "Connection:
+      // upgrade" with an Upgrade header; it would then hand the bytes after the header (or
+      // body) over as the new protocol's. Stopped here instead (a nonzero return other than 1
+      // or 2 is an error: parsing ends at this request).
+      s.on_headers_complete = [](http_parser* p) {
+        if (p->upgrade == 0) return 0;
+        static_cast<request_parser*>(p->data)->refused = true;
+        return -1;
       };
       s.on_message_complete = [](http_parser* p) {
         auto* self = static_cast<request_parser*>(p->data);
@@ -100,6 +116,7 @@ struct request_parser {
   parse_result feed(const char* data, std::size_t size) {
     const std::size_t parsed = http_parser_execute(&parser, &settings(), data, size);
     if (close_after) return parse_result::closing;
+    if (refused) return parse_result::refused;
     if (HTTP_PARSER_ERRNO(&parser) != HPE_OK || parsed != size) return parse_result::malformed;
     return parse_result::more;
   }
@@ -150,6 +167,7 @@ spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
       out.swap(requests.answers);
       requests.answers.clear();
       if (result == parse_result::malformed) out.append(bad_request_response);
+      if (result == parse_result::refused) out.append(not_implemented_response);
       if (!out.empty()) co_await stream.write_all(out);
       if (result != parse_result::more) break;
       // A request in progress must be complete within request_timeout of the read that brought

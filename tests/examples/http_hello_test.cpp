@@ -931,4 +931,40 @@ TEST_P(HttpHello, RequestTimeoutCutsAStalledRequest) {
   EXPECT_EQ(fresh_get(server_), hello_response);
 }
 
+// 8. Upgrade (with "Connection: upgrade") and CONNECT, which this server does not speak, get
+// "501 Not Implemented" and the close, never a 2xx (to CONNECT: "tunnel established") nor a 101;
+// the requests before them on the connection are answered first.
+TEST_P(HttpHello, UpgradeAndConnectAreRefused) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  constexpr std::string_view not_implemented =
+      "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  const std::vector<std::pair<const char*, std::string>> refused = {
+      {"websocket upgrade",
+       "GET /chat HTTP/1.1\r\nHost: test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"},
+      {"h2c upgrade",
+       "GET / HTTP/1.1\r\nHost: test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+       "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"},
+      {"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"},
+      {"CONNECT, tunnel bytes after it",
+       "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n\x16\x03\x01"},
+      {"a GET, then CONNECT",
+       std::string(get_request) + "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n"},
+  };
+  for (const auto& [what, request] : refused) {
+    SCOPED_TRACE(what);
+    const int fd = server_.try_connect();
+    ASSERT_GE(fd, 0);
+    fd_closer closer{fd};
+    send_all(fd, request);
+    const std::string expected =
+        (std::string_view(request).starts_with(get_request) ? std::string(hello_response) : "") +
+        std::string(not_implemented);
+    EXPECT_EQ(receive(fd, expected.size(), 5s), expected);
+    std::string extra;
+    EXPECT_EQ(wait_for_close(fd, patience, &extra), ending::closed) << extra;
+  }
+  EXPECT_EQ(fresh_get(server_), hello_response);
+}
+
 }  // namespace
