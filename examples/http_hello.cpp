@@ -17,7 +17,8 @@
 // within `idle_timeout` of the last answer (or of the accept); bytes that begin no request (empty
 // lines) do not extend it. A watchdog task per connection shuts the socket down when the deadline
 // passes. Both limits can be set in milliseconds through the environment:
-//   SPINDLE_HTTP_REQUEST_TIMEOUT_MS (default 10000), SPINDLE_HTTP_IDLE_TIMEOUT_MS (default 60000).
+//   SPINDLE_HTTP_REQUEST_TIMEOUT_MS (default 10000), SPINDLE_HTTP_IDLE_TIMEOUT_MS (default 60000);
+// each from 1 ms to a day (86400000): another value is refused at start (exit status 2).
 // SIGINT/SIGTERM stop the server gracefully: no new connections, the runtime then cancels the
 // open ones. accept() keeps serving after the process runs out of file descriptors (the net
 // module waits and retries). The I/O backend follows SPINDLE_IO_BACKEND=uring|epoll.
@@ -215,16 +216,22 @@ spindle::task<int> run_server(std::uint16_t port, timeouts limits) {
   co_return 0;
 }
 
+// The largest limit accepted from the environment: a day. Larger values are a configuration
+// mistake, and the deadlines (now() + limit, nanoseconds) must not overflow: 9223372036854775807
+// ms once wrapped into a deadline in the past and the server answered nothing.
+constexpr long long max_timeout_ms = 24LL * 60 * 60 * 1000;
+
 // Sets `value` from the environment variable `name` (milliseconds) if it is set; false (after a
-// message) if it is not a positive number.
+// message) if it is not a number of milliseconds from 1 to max_timeout_ms.
 bool timeout_from_env(const char* name, spindle::clock_duration& value) {
   const char* text = std::getenv(name);
   if (text == nullptr) return true;
   char* end = nullptr;
   errno = 0;
   const long long ms = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || errno != 0 || ms <= 0) {
-    std::fprintf(stderr, "http_hello: %s=%s is not a positive number of milliseconds\n", name, text);
+  if (end == text || *end != '\0' || errno != 0 || ms <= 0 || ms > max_timeout_ms) {
+    std::fprintf(stderr, "http_hello: %s=%s is not a number of milliseconds from 1 to %lld (a day)\n",
+                 name, text, max_timeout_ms);
     return false;
   }
   value = std::chrono::milliseconds(ms);

@@ -967,4 +967,33 @@ TEST_P(HttpHello, UpgradeAndConnectAreRefused) {
   EXPECT_EQ(fresh_get(server_), hello_response);
 }
 
+// 9. A limit too large for the clock (9223372036854775807 ms overflowed into a deadline in the
+// past: the server listened and answered nothing) is refused at start: exit status 2, a message
+// naming the variable, never a listening server. So are the usual bad values.
+TEST_P(HttpHello, OversizedTimeoutIsRefusedAtStart) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"SPINDLE_HTTP_REQUEST_TIMEOUT_MS", "9223372036854775807"},
+      {"SPINDLE_HTTP_IDLE_TIMEOUT_MS", "9223372036854775807"},
+      {"SPINDLE_HTTP_REQUEST_TIMEOUT_MS", "99999999999999999999"},
+      {"SPINDLE_HTTP_IDLE_TIMEOUT_MS", "0"},
+      {"SPINDLE_HTTP_REQUEST_TIMEOUT_MS", "-5"},
+  };
+  for (const auto& [name, value] : refused) {
+    SCOPED_TRACE(name + "=" + value);
+    server_process refusing;
+    server_options options;
+    options.environment = {{name, value}};
+    const int status = refusing.start_expecting_refusal(GetParam(), options);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2)
+        << "wait status " << status << "; log:\n" << refusing.log();
+    EXPECT_NE(refusing.log().find(name), std::string::npos) << refusing.log();
+  }
+  // The largest accepted value (a day) starts a server that answers.
+  server_options options;
+  options.environment = {{"SPINDLE_HTTP_REQUEST_TIMEOUT_MS", "86400000"},
+                         {"SPINDLE_HTTP_IDLE_TIMEOUT_MS", "86400000"}};
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), options));
+  EXPECT_EQ(fresh_get(server_), hello_response);
+}
+
 }  // namespace
