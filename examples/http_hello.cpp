@@ -11,7 +11,9 @@
 // HTTP/1.0), without reading further requests. What this server does not speak gets "501 Not
 // Implemented" (in order too) and the close: CONNECT (a 2xx would mean "tunnel established") and
 // a protocol upgrade ("Connection: upgrade" with "Upgrade: websocket", "h2c", ...; an Upgrade
-// header without that Connection option is ignored, as RFC 9110 7.8 allows).
+// header without that Connection option is ignored, as RFC 9110 7.8 allows). A version other
+// than HTTP/1.x gets "505 HTTP Version Not Supported" and the close; white space in a header
+// field name ("Host : x"), which the lenient Debian http-parser build takes, gets 400.
 // Bounded waiting (slowloris): a request must arrive completely within `request_timeout` of the
 // read that brought its first byte, and a keep-alive connection is closed when no request begins
 // within `idle_timeout` of the last answer (or of the accept); bytes that begin no request (empty
@@ -52,6 +54,8 @@ constexpr std::string_view hello_response =
 constexpr std::string_view hello_head_response = hello_response.substr(0, hello_response.size() - 5);
 constexpr std::string_view bad_request_response =
     "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+constexpr std::string_view version_not_supported_response =
+    "HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 constexpr std::string_view not_implemented_response =
     "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
@@ -66,6 +70,7 @@ enum class parse_result {
   closing,    // a request that does not keep the connection alive was completed: answer, close
   malformed,  // a parse error: 400, close
   refused,    // CONNECT or an upgrade, which this server does not speak: 501, close
+  unsupported_version,  // an HTTP major version other than 1: 505, close
 };
 
 // Parser state of one connection: counts begun requests and collects the answers to the completed
@@ -77,6 +82,7 @@ struct request_parser {
   bool close_after = false;
   bool in_message = false;
   bool refused = false;   // the current request is CONNECT or an upgrade: parsing stopped
+  bool unsupported_version = false;  // the current request is not HTTP/1.x: parsing stopped
 
   request_parser() {
     http_parser_init(&parser, HTTP_REQUEST);
@@ -95,7 +101,18 @@ struct request_parser {
       // upgrade" with an Upgrade header; it would then hand the bytes after the header (or
       // body) over as the new protocol's. Stopped here instead (a nonzero return other than 1
       // or 2 is an error: parsing ends at this request).
+      // The Debian build of http-parser is not HTTP_PARSER_STRICT: it takes white space into a
+      // header field name ("Host : x"), which RFC 9112 5.1 says a server MUST reject with 400.
+      // A field name arrives in pieces, but white space in any piece is an error.
+      s.on_header_field = [](http_parser*, const char* at, std::size_t length) {
+        return std::string_view(at, length).find_first_of(" \t") == std::string_view::npos ? 0 : -1;
+      };
       s.on_headers_complete = [](http_parser* p) {
+        // HTTP/9.9 parses too: only HTTP/1.x is spoken here (RFC 9110 15.6.6).
+        if (p->http_major != 1) {
+          static_cast<request_parser*>(p->data)->unsupported_version = true;
+          return -1;
+        }
         if (p->upgrade == 0) return 0;
         static_cast<request_parser*>(p->data)->refused = true;
         return -1;
@@ -118,6 +135,7 @@ struct request_parser {
     const std::size_t parsed = http_parser_execute(&parser, &settings(), data, size);
     if (close_after) return parse_result::closing;
     if (refused) return parse_result::refused;
+    if (unsupported_version) return parse_result::unsupported_version;
     if (HTTP_PARSER_ERRNO(&parser) != HPE_OK || parsed != size) return parse_result::malformed;
     return parse_result::more;
   }
@@ -169,6 +187,7 @@ spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
       requests.answers.clear();
       if (result == parse_result::malformed) out.append(bad_request_response);
       if (result == parse_result::refused) out.append(not_implemented_response);
+      if (result == parse_result::unsupported_version) out.append(version_not_supported_response);
       if (!out.empty()) co_await stream.write_all(out);
       if (result != parse_result::more) break;
       // A request in progress must be complete within request_timeout of the read that brought

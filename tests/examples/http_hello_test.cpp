@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -993,6 +994,35 @@ TEST_P(HttpHello, OversizedTimeoutIsRefusedAtStart) {
   options.environment = {{"SPINDLE_HTTP_REQUEST_TIMEOUT_MS", "86400000"},
                          {"SPINDLE_HTTP_IDLE_TIMEOUT_MS", "86400000"}};
   ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), options));
+  EXPECT_EQ(fresh_get(server_), hello_response);
+}
+
+// 10. Requests RFC 9112 says to reject, which the lenient Debian http-parser build accepts: white
+// space between a header field name and its colon (5.1: "MUST reject ... with 400") and an HTTP
+// major version other than 1 ("505 HTTP Version Not Supported", RFC 9110 15.6.6). Each gets its
+// answer and the close.
+TEST_P(HttpHello, LenientParserLeniencyIsRejected) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  constexpr std::string_view version_not_supported =
+      "HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  const std::vector<std::tuple<const char*, std::string, std::string_view>> rejected = {
+      {"space before the colon", "GET / HTTP/1.1\r\nHost : test\r\n\r\n", bad_request_response},
+      {"tab before the colon", "GET / HTTP/1.1\r\nHost\t: test\r\n\r\n", bad_request_response},
+      {"space inside a field name", "GET / HTTP/1.1\r\nHost: test\r\nX Y: z\r\n\r\n",
+       bad_request_response},
+      {"HTTP/9.9", "GET / HTTP/9.9\r\nHost: test\r\n\r\n", version_not_supported},
+      {"HTTP/2.0", "GET / HTTP/2.0\r\nHost: test\r\n\r\n", version_not_supported},
+  };
+  for (const auto& [what, request, answer] : rejected) {
+    SCOPED_TRACE(what);
+    const int fd = server_.try_connect();
+    ASSERT_GE(fd, 0);
+    fd_closer closer{fd};
+    send_all(fd, request);
+    EXPECT_EQ(receive(fd, answer.size(), 5s), answer);
+    std::string extra;
+    EXPECT_EQ(wait_for_close(fd, 5s, &extra), ending::closed) << extra;
+  }
   EXPECT_EQ(fresh_get(server_), hello_response);
 }
 
