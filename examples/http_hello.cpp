@@ -8,13 +8,19 @@
 // "HTTP/1.1 200 OK ... hello" (HEAD: the same header, no body). A malformed request gets
 // "400 Bad Request" (after the answers to the requests before it) and the connection is closed;
 // so is one after a request that does not keep the connection alive ("Connection: close",
-// HTTP/1.0), without reading further requests.
+// HTTP/1.0), without reading further requests. What this server does not speak gets "501 Not
+// Implemented" (in order too) and the close: CONNECT (a 2xx would mean "tunnel established") and
+// a protocol upgrade ("Connection: upgrade" with "Upgrade: websocket", "h2c", ...; an Upgrade
+// header without that Connection option is ignored, as RFC 9110 7.8 allows). A version other
+// than HTTP/1.x gets "505 HTTP Version Not Supported" and the close; white space in a header
+// field name ("Host : x"), which the lenient Debian http-parser build takes, gets 400.
 // Bounded waiting (slowloris): a request must arrive completely within `request_timeout` of the
 // read that brought its first byte, and a keep-alive connection is closed when no request begins
 // within `idle_timeout` of the last answer (or of the accept); bytes that begin no request (empty
 // lines) do not extend it. A watchdog task per connection shuts the socket down when the deadline
 // passes. Both limits can be set in milliseconds through the environment:
-//   SPINDLE_HTTP_REQUEST_TIMEOUT_MS (default 10000), SPINDLE_HTTP_IDLE_TIMEOUT_MS (default 60000).
+//   SPINDLE_HTTP_REQUEST_TIMEOUT_MS (default 10000), SPINDLE_HTTP_IDLE_TIMEOUT_MS (default 60000);
+// each from 1 ms to a day (86400000): another value is refused at start (exit status 2).
 // SIGINT/SIGTERM stop the server gracefully: no new connections, the runtime then cancels the
 // open ones. accept() keeps serving after the process runs out of file descriptors (the net
 // module waits and retries). The I/O backend follows SPINDLE_IO_BACKEND=uring|epoll.
@@ -27,6 +33,7 @@
 #include <spindle/net/net.hpp>
 #include <spindle/spindle.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -47,6 +54,10 @@ constexpr std::string_view hello_response =
 constexpr std::string_view hello_head_response = hello_response.substr(0, hello_response.size() - 5);
 constexpr std::string_view bad_request_response =
     "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+constexpr std::string_view version_not_supported_response =
+    "HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+constexpr std::string_view not_implemented_response =
+    "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 struct timeouts {
   spindle::clock_duration request_timeout = 10s;
@@ -57,7 +68,9 @@ struct timeouts {
 enum class parse_result {
   more,       // every byte parsed; the connection stays open
   closing,    // a request that does not keep the connection alive was completed: answer, close
-  malformed,  // a parse error (or an upgrade, which this server does not speak): 400, close
+  malformed,  // a parse error: 400, close
+  refused,    // CONNECT or an upgrade, which this server does not speak: 501, close
+  unsupported_version,  // an HTTP major version other than 1: 505, close
 };
 
 // Parser state of one connection: counts begun requests and collects the answers to the completed
@@ -68,6 +81,8 @@ struct request_parser {
   std::string answers;    // to the requests completed since the last write
   bool close_after = false;
   bool in_message = false;
+  bool refused = false;   // the current request is CONNECT or an upgrade: parsing stopped
+  bool unsupported_version = false;  // the current request is not HTTP/1.x: parsing stopped
 
   request_parser() {
     http_parser_init(&parser, HTTP_REQUEST);
@@ -81,6 +96,26 @@ struct request_parser {
         ++self->begun;
         self->in_message = true;
         return 0;
+      };
+      // http-parser sets `upgrade` before this callback for CONNECT and for "Connection:
+      // upgrade" with an Upgrade header; it would then hand the bytes after the header (or
+      // body) over as the new protocol's. Stopped here instead (a nonzero return other than 1
+      // or 2 is an error: parsing ends at this request).
+      // The Debian build of http-parser is not HTTP_PARSER_STRICT: it takes white space into a
+      // header field name ("Host : x"), which RFC 9112 5.1 says a server MUST reject with 400.
+      // A field name arrives in pieces, but white space in any piece is an error.
+      s.on_header_field = [](http_parser*, const char* at, std::size_t length) {
+        return std::string_view(at, length).find_first_of(" \t") == std::string_view::npos ? 0 : -1;
+      };
+      s.on_headers_complete = [](http_parser* p) {
+        // HTTP/9.9 parses too: only HTTP/1.x is spoken here (RFC 9110 15.6.6).
+        if (p->http_major != 1) {
+          static_cast<request_parser*>(p->data)->unsupported_version = true;
+          return -1;
+        }
+        if (p->upgrade == 0) return 0;
+        static_cast<request_parser*>(p->data)->refused = true;
+        return -1;
       };
       s.on_message_complete = [](http_parser* p) {
         auto* self = static_cast<request_parser*>(p->data);
@@ -99,6 +134,8 @@ struct request_parser {
   parse_result feed(const char* data, std::size_t size) {
     const std::size_t parsed = http_parser_execute(&parser, &settings(), data, size);
     if (close_after) return parse_result::closing;
+    if (refused) return parse_result::refused;
+    if (unsupported_version) return parse_result::unsupported_version;
     if (HTTP_PARSER_ERRNO(&parser) != HPE_OK || parsed != size) return parse_result::malformed;
     return parse_result::more;
   }
@@ -106,23 +143,35 @@ struct request_parser {
 
 // Shuts the connection down once `deadline` passes without being pushed back. The deadline is
 // written by the connection task, which may run on another executor: hence the atomic.
+// The deadline moves later (an answer: now + idle_timeout) or earlier (a request begins: now +
+// request_timeout, often well before the idle deadline the watchdog is sleeping to). Rather than
+// be woken, the watchdog never sleeps longer than `request_timeout` at a time and re-reads the
+// deadline when it wakes: a request begun at t has the deadline t + request_timeout, and the
+// watchdog's sleep that spans t (begun at w <= t) ends by w + request_timeout <= t +
+// request_timeout, so the deadline is seen in time (one request_timeout later at worst, if the
+// store was not yet visible at that wake). Cost: an idle connection's watchdog wakes once per
+// request_timeout, not once per idle_timeout.
 spindle::task<void> watchdog(const spindle::net::tcp_stream& stream,
-                             const std::atomic<spindle::clock_time>& deadline) {
+                             const std::atomic<spindle::clock_time>& deadline,
+                             spindle::clock_duration request_timeout) {
   for (;;) {
-    co_await spindle::sleep_until(deadline.load(std::memory_order_relaxed));
-    if (spindle::now() >= deadline.load(std::memory_order_relaxed)) {
+    // relaxed: the deadline is a lone value, nothing else is published with it
+    const spindle::clock_time current = deadline.load(std::memory_order_relaxed);
+    const spindle::clock_time now = spindle::now();
+    if (now >= current) {
       // The pending read returns 0 (a pending write fails): the connection task ends. A failure
       // (a peer that reset the connection already) changes nothing.
       ::shutdown(stream.native_handle(), SHUT_RDWR);
       co_return;
     }
+    co_await spindle::sleep_until(std::min(current, now + request_timeout));
   }
 }
 
 spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
   request_parser requests;
   std::atomic<spindle::clock_time> deadline{spindle::now() + limits.idle_timeout};
-  auto guard = spindle::spawn(watchdog(stream, deadline));
+  auto guard = spindle::spawn(watchdog(stream, deadline, limits.request_timeout));
   std::array<std::byte, 8192> buffer;
   std::string out;
   try {
@@ -137,6 +186,8 @@ spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
       out.swap(requests.answers);
       requests.answers.clear();
       if (result == parse_result::malformed) out.append(bad_request_response);
+      if (result == parse_result::refused) out.append(not_implemented_response);
+      if (result == parse_result::unsupported_version) out.append(version_not_supported_response);
       if (!out.empty()) co_await stream.write_all(out);
       if (result != parse_result::more) break;
       // A request in progress must be complete within request_timeout of the read that brought
@@ -184,16 +235,22 @@ spindle::task<int> run_server(std::uint16_t port, timeouts limits) {
   co_return 0;
 }
 
+// The largest limit accepted from the environment: a day. Larger values are a configuration
+// mistake, and the deadlines (now() + limit, nanoseconds) must not overflow: 9223372036854775807
+// ms once wrapped into a deadline in the past and the server answered nothing.
+constexpr long long max_timeout_ms = 24LL * 60 * 60 * 1000;
+
 // Sets `value` from the environment variable `name` (milliseconds) if it is set; false (after a
-// message) if it is not a positive number.
+// message) if it is not a number of milliseconds from 1 to max_timeout_ms.
 bool timeout_from_env(const char* name, spindle::clock_duration& value) {
   const char* text = std::getenv(name);
   if (text == nullptr) return true;
   char* end = nullptr;
   errno = 0;
   const long long ms = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || errno != 0 || ms <= 0) {
-    std::fprintf(stderr, "http_hello: %s=%s is not a positive number of milliseconds\n", name, text);
+  if (end == text || *end != '\0' || errno != 0 || ms <= 0 || ms > max_timeout_ms) {
+    std::fprintf(stderr, "http_hello: %s=%s is not a number of milliseconds from 1 to %lld (a day)\n",
+                 name, text, max_timeout_ms);
     return false;
   }
   value = std::chrono::milliseconds(ms);
