@@ -12,6 +12,19 @@
 // usage_error. Dropping a handle detaches the task (it keeps running), like std::jthread's
 // opposite and like Tokio's JoinHandle.
 //
+// One waiter at a time. A handle is not shared: an await or a join takes the handle's reference
+// when it starts (an atomic exchange), so the handle is empty while the wait lasts. A second
+// await or join of the same handle meanwhile, from any task or thread, races for nothing: it
+// finds the handle empty and throws usage_error, every time, whether the task is running or
+// finished; of two racing awaits/joins exactly one wins. (Other calls on a handle while another
+// thread awaits it - status(), cancel() - are a data race like on any object; they too find it
+// empty and throw usage_error.)
+// A wait that ends without the outcome gives the reference back: an await cancelled (the
+// awaiting task's cancellation, a timeout around it) throws task_cancelled and leaves the handle
+// as it was, so the owner may await, join, cancel or detach it again. A refused join (on a
+// worker) does not take it at all. An await whose frame is destroyed while it waits (runtime
+// shutdown) drops the reference: the handle stays empty.
+//
 // Identity: `id()` is the task's generational id (slot index + serial, task_table.hpp): once the
 // task completes its slot's serial moves on, so an id kept around never names a newer task
 // (runtime::is_live(id) tells). The handle itself holds a counted reference to the task's
@@ -161,6 +174,9 @@ struct thread_waker : completion_waker {
 bool on_worker_thread() noexcept;
 
 // Awaiting a spawned task from another task: a cancellable wait (S2/S3 in spawned_task.hpp).
+// The awaiter owns one reference to the target (taken from the handle when the await started,
+// join_handle.hpp): released when the frame goes while waiting, else handed back (taken out with
+// take_target) by the handle's awaiter.
 class join_awaiter_base : public completion_waker, public cancellable_wait {
  public:
   explicit join_awaiter_base(spawned_task_base* target) noexcept
@@ -168,9 +184,11 @@ class join_awaiter_base : public completion_waker, public cancellable_wait {
   join_awaiter_base(const join_awaiter_base&) = delete;
   join_awaiter_base& operator=(const join_awaiter_base&) = delete;
   // Destroyed while suspended (shutdown abandons the joiner before the target): withdraw, so
-  // the target's completion does not wake a destroyed frame.
+  // the target's completion does not wake a destroyed frame; then drop our reference (S4: a
+  // registered joiner holds one, so the withdrawal comes first).
   ~join_awaiter_base() {
     if (registered_) target_->withdraw_joiner();
+    if (target_ != nullptr) target_->release();
   }
   // Complete: at once, unless the cooperative budget is used up (await_suspend then yields).
   bool await_ready() const noexcept {
@@ -181,6 +199,8 @@ class join_awaiter_base : public completion_waker, public cancellable_wait {
 
  protected:
   void finish_wait();
+  // The reference, out of the awaiter (which then releases nothing).
+  spawned_task_base* take_target() noexcept { return std::exchange(target_, nullptr); }
   spawned_task_base* target_;
 
  private:
@@ -197,11 +217,12 @@ class [[nodiscard]] join_handle {
  public:
   join_handle() noexcept = default;
   explicit join_handle(detail::spawned_task<T>* task) noexcept : task_(task) {}
-  join_handle(join_handle&& other) noexcept : task_(std::exchange(other.task_, nullptr)) {}
+  join_handle(join_handle&& other) noexcept : task_(other.take_or_null()) {}
   join_handle& operator=(join_handle&& other) noexcept {
     if (this != &other) {
       reset();
-      task_ = std::exchange(other.task_, nullptr);
+      // relaxed: the owner's own handle; see "One waiter at a time" for sharing.
+      task_.store(other.take_or_null(), std::memory_order_relaxed);
     }
     return *this;
   }
@@ -209,7 +230,9 @@ class [[nodiscard]] join_handle {
   join_handle& operator=(const join_handle&) = delete;
   ~join_handle() { reset(); }
 
-  bool valid() const noexcept { return task_ != nullptr; }
+  bool valid() const noexcept {
+    return task_.load(std::memory_order_acquire) != nullptr;  // acquire: pairs with give_back
+  }
   task_id id() const { return checked()->id(); }
   bool is_finished() const { return checked()->is_complete(); }
   task_status status() const { return checked()->status(); }
@@ -222,17 +245,23 @@ class [[nodiscard]] join_handle {
     if (detail::on_worker_thread()) {
       throw usage_error("spindle: join_handle::join() on a worker thread; use co_await");
     }
+    detail::spawned_task<T>* task = take();  // one waiter at a time (header)
     detail::thread_waker waiter;
-    if (task_->register_joiner(&waiter)) waiter.wait();
-    return consume();
+    if (task->register_joiner(&waiter)) waiter.wait();
+    return consume(task);
   }
 
   class awaiter : public detail::join_awaiter_base {
    public:
-    explicit awaiter(join_handle& owner) : join_awaiter_base(owner.checked()), owner_(owner) {}
+    explicit awaiter(join_handle& owner) : join_awaiter_base(owner.take()), owner_(owner) {}
     T await_resume() {
-      finish_wait();
-      return owner_.consume();
+      try {
+        finish_wait();
+      } catch (...) {
+        owner_.give_back(static_cast<detail::spawned_task<T>*>(take_target()));  // cancelled
+        throw;
+      }
+      return consume(static_cast<detail::spawned_task<T>*>(take_target()));
     }
 
    private:
@@ -243,14 +272,32 @@ class [[nodiscard]] join_handle {
 
  private:
   detail::spawned_task<T>* checked() const {
-    if (task_ == nullptr) {
-      throw usage_error("spindle: empty join_handle (already joined, detached or moved from)");
-    }
-    return task_;
+    // acquire: a reference given back by a cancelled await of another thread is whole.
+    detail::spawned_task<T>* task = task_.load(std::memory_order_acquire);
+    if (task == nullptr) throw empty_error();
+    return task;
+  }
+  static usage_error empty_error() {
+    return usage_error(
+        "spindle: empty join_handle (already joined, detached, moved from, or awaited or joined "
+        "by someone else right now)");
+  }
+  // The handle's reference, for one waiter: exactly one of racing takers gets it.
+  detail::spawned_task<T>* take() {
+    detail::spawned_task<T>* task = take_or_null();
+    if (task == nullptr) throw empty_error();
+    return task;
+  }
+  detail::spawned_task<T>* take_or_null() noexcept {
+    // acq_rel: one winner among racing takers; the winner sees what the giver wrote.
+    return task_.exchange(nullptr, std::memory_order_acq_rel);
+  }
+  void give_back(detail::spawned_task<T>* task) noexcept {
+    // release: pairs with the acquire of the next taker. The handle is empty here (we took it).
+    task_.store(task, std::memory_order_release);
   }
   // Completed: hand out the outcome and drop the reference.
-  T consume() {
-    detail::spawned_task<T>* t = std::exchange(task_, nullptr);
+  static T consume(detail::spawned_task<T>* t) {
     struct releaser {
       detail::spawned_task<T>* task;
       ~releaser() { task->release(); }
@@ -259,9 +306,9 @@ class [[nodiscard]] join_handle {
     return t->take_result();
   }
   void reset() noexcept {
-    if (task_ != nullptr) std::exchange(task_, nullptr)->release();
+    if (detail::spawned_task<T>* task = take_or_null()) task->release();
   }
-  detail::spawned_task<T>* task_ = nullptr;
+  std::atomic<detail::spawned_task<T>*> task_{nullptr};
 };
 
 }  // namespace spindle
