@@ -225,8 +225,11 @@ TEST(ActorTimeSlice, HungryActorRunIsCutByTime) {
   ASSERT_TRUE(eventually([&] { return done.load(); }, hang));
   const auto& stats = spindle::actors_of(rt).scheduler(0).stats();
   // 10 µs a message and a 1 ms slice: about a hundred messages a quantum (fewer when the
-  // machine is busy), never the 1,000 reductions of a quantum.
-  EXPECT_LT(most.load(), 500) << "messages in one quantum";
+  // machine is busy), never the 1,000 reductions of a quantum. The slice is read on the
+  // monitor's coarse clock: a monitor kept off the CPU for a few milliseconds (two spinning
+  // tests on two cores) stretches one quantum to 500 messages now and then (seen: 501, 502),
+  // so the bound for the longest is the reductions; the average bound below is the time one.
+  EXPECT_LT(most.load(), 1000) << "messages in one quantum";
   EXPECT_GT(stats.runs_cut_by_time.load(), 0u);
   EXPECT_LT(stats.messages_handled.load(), stats.actor_runs.load() * 500)
       << stats.actor_runs.load() << " runs for " << stats.messages_handled.load() << " messages";
