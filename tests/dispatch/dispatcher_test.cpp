@@ -291,6 +291,38 @@ TEST(DispatcherCancel, ParallelCancelsTheSubmissionsTask) {
   EXPECT_TRUE(cleaned_up.load());
 }
 
+// What cancel()'s true means (issue 14, item 9: it returned true in 300 of 300 rounds while the
+// body still produced its value). Queued: the body never runs, the outcome is cancelled. Running
+// with no suspension point left: the request is made (true), the body finishes, the outcome is
+// its value, and ended_cancelled() says so.
+TEST(DispatcherCancel, TrueMeansRequestedAndTheOutcomeSaysWhatHappened) {
+  spindle::runtime rt({.workers = 2});
+  spindle::dispatcher d(rt, {.mode = dispatch_mode::sequential});
+  std::atomic<bool> started{false}, release{false}, queued_ran{false};
+  auto running = d.submit([&started, &release] {
+    started.store(true);
+    while (!release.load()) {
+    }
+    return 7;
+  });
+  auto queued = d.submit([&queued_ran] {
+    queued_ran.store(true);
+    return 8;
+  });
+  spin_until([&] { return started.load(); });
+  EXPECT_TRUE(queued.cancel());
+  EXPECT_FALSE(queued.cancel());  // already cancelled: not this call
+  EXPECT_TRUE(running.cancel());
+  release.store(true);
+  running.wait();
+  queued.wait();
+  EXPECT_FALSE(running.ended_cancelled());
+  EXPECT_EQ(running.get(), 7);  // no suspension point after the request: it ran to its end
+  EXPECT_TRUE(queued.ended_cancelled());
+  EXPECT_THROW(queued.get(), spindle::task_cancelled);
+  EXPECT_FALSE(queued_ran.load());
+}
+
 // The latch/drain/refill protocol: the runner is cancelled on the running submission only;
 // what was queued behind it runs afterwards, in order, on a new runner.
 TEST(DispatcherCancel, SequentialCancelsTheRunningOneAndKeepsTheQueue) {

@@ -24,7 +24,9 @@
 //                without the runner's queue in between. Cheaper, but a submission that has
 //                started cannot be cancelled (one still queued can).
 // In every mode cancelling a queued submission removes it: it completes as cancelled at once
-// (its body destroyed) and never runs. cancel() returns whether the request will take effect.
+// (its body destroyed) and never runs. cancel() returns whether this call requested the
+// cancellation (a running body still finishes if it reaches no suspension point: see
+// dispatch_cancel in submission.hpp).
 //
 // Closing (close(), or the destructor; dispatcher_options::on_close picks the policy)
 //   1. later submits throw dispatcher_closed;

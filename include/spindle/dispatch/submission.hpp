@@ -278,8 +278,16 @@ class submission final : public valued_submission<T> {
 }  // namespace detail
 
 // The cancel action of a submission: callable from any thread, any number of times, also after
-// its future was consumed or dropped. Returns true for the call that requested cancellation
-// while the submission was still incomplete.
+// its future was consumed or dropped. Returns true for the one call that requested cancellation
+// while the submission was still incomplete, which means:
+//   - queued (not started): it is removed; it never runs and completes as cancelled;
+//   - running (parallel and sequential modes): its task's cancellation is requested, which takes
+//     effect at the body's next suspension point (task/cancellation.hpp). A body that reaches
+//     none before it returns still completes with its value or exception: true says the request
+//     was made, not that the body stopped. The outcome says what happened
+//     (dispatch_future::ended_cancelled(), or get() throwing task_cancelled).
+// False: already complete, cancellation already requested by an earlier call, or started in a
+// mode that cannot cancel (sequential_uncancelable).
 class dispatch_cancel {
  public:
   dispatch_cancel() noexcept = default;
@@ -295,7 +303,9 @@ class dispatch_cancel {
 //              value, rethrows its exception, or throws task_cancelled. Consumes the future.
 //              On a runtime worker thread it throws usage_error (it would block an executor).
 //   wait()   - blocks until complete without consuming.
-//   cancel() - see dispatch_cancel.
+//   cancel() - see dispatch_cancel (true: this call requested it; not a promise that the body
+//              stopped).
+//   ended_cancelled() - complete, and ended as cancelled (not with a value or an exception).
 template <class T>
 class [[nodiscard]] dispatch_future {
  public:
@@ -324,6 +334,10 @@ class [[nodiscard]] dispatch_future {
     return static_cast<detail::valued_submission<T>*>(s.get())->take_value();
   }
   bool cancel() const { return checked()->cancel(); }
+  bool ended_cancelled() const {
+    const detail::submission_base* s = checked();
+    return s->is_complete() && s->final_outcome() == detail::submission_base::outcome::cancelled;
+  }
   dispatch_cancel cancel_action() const {
     checked();
     return dispatch_cancel(submission_);
