@@ -50,7 +50,7 @@ actor_scheduler::actor_scheduler(actor_system& system, std::uint32_t executor_in
       cost_floor_ns_(std::max<std::uint64_t>(system.time_slice_ns() / actor_detail::cost_floor_divisor, 1)),
       turn_runnable_(this),
       random_state_(0x2545f491u * (executor_index + 1)) {
-  stuck_targets_.reserve(system.core().options().max_executors);
+  hand_off_targets_.reserve(system.core().options().max_executors);
 }
 
 actor_scheduler::~actor_scheduler() = default;
@@ -480,25 +480,25 @@ void actor_scheduler::hand_away_while_stuck() noexcept {
   // message makes it return to its loop within a service interval). Never one stuck for good.
   core::runtime_core& core = system_.core();
   const std::uint32_t count = core.executor_count();
-  stuck_targets_.clear();
+  hand_off_targets_.clear();
   for (const bool stuck_too : {false, true}) {
     for (std::uint32_t i = 0; i < count; ++i) {
       const core::executor& other = core.executor_at(i);
       if (i == index_ || other.in_long_runnable() != stuck_too) continue;
       if (stuck_too && !other.ends_runnable_when_work_waits()) continue;
       const actor_scheduler* wheel = system_.find_scheduler(i);
-      stuck_targets_.push_back({i, wheel != nullptr ? wheel->queued_work_ns() : 0});
+      hand_off_targets_.push_back({i, wheel != nullptr ? wheel->queued_work_ns() : 0});
     }
-    if (!stuck_targets_.empty()) break;
+    if (!hand_off_targets_.empty()) break;
   }
-  if (stuck_targets_.empty()) return;  // everyone else is stuck too: nowhere better to go
+  if (hand_off_targets_.empty()) return;  // everyone else is stuck too: nowhere better to go
   // An actor may go if it may live elsewhere: not pinned, no I/O in flight in our reactor
   // (relaxed: a hint, as in maybe_migrate), its domain has a target. The least loaded target
   // takes it, as a woken actor: it has waited already.
   auto hand_away = [&](actor_cell* cell) {
     if (cell->pinned || cell->io_in_flight.load(std::memory_order_relaxed) != 0) return false;
-    stuck_target* best = nullptr;
-    for (stuck_target& t : stuck_targets_) {
+    hand_off_target* best = nullptr;
+    for (hand_off_target& t : hand_off_targets_) {
       if (!cell->domain.contains(core.executor_at(t.index).placement())) continue;
       if (best == nullptr || t.queued_ns < best->queued_ns) best = &t;
     }
@@ -509,10 +509,14 @@ void actor_scheduler::hand_away_while_stuck() noexcept {
     best->queued_ns += w;
     cell->woken_in_place = false;
     stats_.stuck_hand_offs.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+    // From here on the cell is the target's: its adopt message carries it with a reference of
+    // its own (send_adopt), and nothing below touches it again.
     hand_over(cell, best->index, adopt_mode::woken);
     return true;
   };
-  // Every queue that holds waiting actors: kept in order, minus those handed away.
+  // Every queue that holds waiting actors: kept in order, minus those handed away. When this
+  // runs inside turn() (an actor's handler runs the long computation), the running actor is in
+  // no queue, and turn() pops its next actor from these queues afresh after the run.
   auto sift = [&](actor_detail::actor_queue& queue, bool waiting_only_if_woken) {
     actor_detail::actor_queue kept;
     while (actor_cell* cell = queue.pop_front()) {

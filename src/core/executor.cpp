@@ -548,16 +548,24 @@ void executor::end_standby(std::uint64_t now) noexcept {
 
 namespace {
 
-// The calling thread's time on a CPU and time waiting for one, in nanoseconds, from
-// /proc/thread-self/schedstat (false where it cannot be read).
-bool thread_cpu_times(std::uint64_t& running, std::uint64_t& waiting) noexcept {
-  const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+// Reads the start of a /proc file into `text` (NUL-terminated); false where it cannot be read.
+// Opened and closed here rather than kept open: an executor holds no descriptor of its own.
+template <std::size_t size>
+bool read_proc_file(const char* path, char (&text)[size]) noexcept {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  char text[128];
-  const ssize_t length = ::read(fd, text, sizeof text - 1);
+  const ssize_t length = ::read(fd, text, size - 1);
   ::close(fd);
   if (length <= 0) return false;
   text[length] = '\0';
+  return true;
+}
+
+// The calling thread's time on a CPU and time waiting for one, in nanoseconds, from
+// /proc/thread-self/schedstat (false where it cannot be read).
+bool thread_cpu_times(std::uint64_t& running, std::uint64_t& waiting) noexcept {
+  char text[128];
+  if (!read_proc_file("/proc/thread-self/schedstat", text)) return false;
   unsigned long long run = 0, wait = 0;
   if (std::sscanf(text, "%llu %llu", &run, &wait) != 2) return false;
   running = run;
@@ -607,18 +615,12 @@ bool executor::thread_runnable_on(int cpu) const noexcept {
   // relaxed: the id is a plain value; reading 0 (loop not started) means "cannot tell".
   const int thread_id = thread_id_.load(std::memory_order_relaxed);
   if (thread_id <= 0) return false;
-  // Opened and closed here rather than kept open: an executor holds no descriptor of its own.
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", thread_id);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
   // "pid (comm) state ppid ..." (proc(5)): the state is the first field after the last ')' (field
   // 3), the CPU the thread last ran on ("processor", field 39) 36 fields further.
   char text[1024];
-  const ssize_t length = ::read(fd, text, sizeof text - 1);
-  ::close(fd);
-  if (length <= 0) return false;
-  text[length] = '\0';
+  if (!read_proc_file(path, text)) return false;
   const char* field = std::strrchr(text, ')');
   if (field == nullptr || field[1] != ' ') return false;
   const char state = field[2];

@@ -22,18 +22,6 @@ namespace {
 using namespace std::chrono_literals;
 using namespace spindle::testing;
 
-// The CPUs this process may run on, lowest first.
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 // Options for `workers` executors, all pinned to `cpu`.
 spindle::runtime_options pinned(std::uint32_t workers, int cpu) {
   spindle::runtime_options options{.workers = workers};

@@ -41,18 +41,6 @@ class NetCpuSharing : public on_backend {
 };
 SPINDLE_NET_ON_BOTH_BACKENDS(NetCpuSharing);
 
-// The CPUs this process may run on, lowest first.
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 std::uint64_t standbys_of(spindle::runtime& rt, std::uint32_t index) {
   return rt.core().executor_at(index).stats().standbys.load();
 }
@@ -77,7 +65,7 @@ void echo_rounds(spindle::runtime& rt, Stop stop, int rounds) {
 }
 
 TEST_P(NetCpuSharing, EchoWhileTwoExecutorsShareOneCpu) {
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<int> cpus = spindle::testing::allowed_cpus();
   ASSERT_FALSE(cpus.empty());
   spindle::runtime rt(pinned({cpus[0]}));
   echo_rounds(rt, [&] { return standbys_of(rt, 1) != 0; }, 50);
@@ -105,7 +93,7 @@ spindle::task<void> yielder(std::atomic<int>& finished) {
 // arms there fire and what they wake runs on executor 0, and tasks spawned from a plain thread
 // (placement avoids the standby executor, wake-ups skip it) all run.
 TEST_P(NetCpuSharing, WorkAddressedToAStandbyExecutorAndForeignSpawnsRun) {
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<int> cpus = spindle::testing::allowed_cpus();
   ASSERT_FALSE(cpus.empty());
   spindle::runtime_options options = pinned({cpus[0]});
   options.standby_first = 2s;  // still on standby when the work below arrives
@@ -123,7 +111,7 @@ TEST_P(NetCpuSharing, WorkAddressedToAStandbyExecutorAndForeignSpawnsRun) {
 }
 
 TEST_P(NetCpuSharing, ExecutorsOnDifferentCpusNeverStandBy) {
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<int> cpus = spindle::testing::allowed_cpus();
   if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
   spindle::runtime rt(pinned({cpus[0], cpus[1]}));
   echo_rounds(rt, [] { return false; }, 5);
@@ -132,7 +120,7 @@ TEST_P(NetCpuSharing, ExecutorsOnDifferentCpusNeverStandBy) {
 }
 
 TEST_P(NetCpuSharing, StandbyFirstZeroTurnsItOff) {
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<int> cpus = spindle::testing::allowed_cpus();
   ASSERT_FALSE(cpus.empty());
   spindle::runtime_options options = pinned({cpus[0]});
   options.standby_first = 0ns;

@@ -6,17 +6,20 @@
 // it is not a timing assertion.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
-#include <memory>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/executor.hpp"
@@ -24,6 +27,20 @@
 #include "spindle/spindle.hpp"
 
 namespace spindle::testing {
+
+// --- the machine -----------------------------------------------------------------------------
+
+// The CPUs this process may run on, lowest first (empty where the system cannot tell).
+inline std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
 
 // --- waiting ---------------------------------------------------------------------------------
 

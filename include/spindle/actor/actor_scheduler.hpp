@@ -259,12 +259,13 @@ class actor_scheduler {
   alignas(core::cache_line_size) std::atomic<std::uint64_t> queued_work_published_{0};
   alignas(core::cache_line_size) actor_detail::actor_cell* homed_head_ = nullptr;
   std::uint32_t random_state_;
-  // hand_away_while_stuck's scratch list (room for every executor, reserved at construction).
-  struct stuck_target {
+  // hand_away_while_stuck's scratch list of target executors and the work queued there (room
+  // for every executor, reserved at construction: the hook allocates nothing).
+  struct hand_off_target {
     std::uint32_t index;
     std::uint64_t queued_ns;
   };
-  std::vector<stuck_target> stuck_targets_;
+  std::vector<hand_off_target> hand_off_targets_;
   actor_scheduler_stats stats_;
 };
 
