@@ -247,22 +247,6 @@ void runtime_core::schedule_on(std::uint32_t executor_index, runnable* r) noexce
   if (cancel_park(executor_index)) target.parker().unpark();
 }
 
-bool runtime_core::enter_from_outside() noexcept {
-  // seq_cst (both): Dekker with finish_shutdown's store of draining_ and load of the count.
-  outside_in_flight_.fetch_add(1, std::memory_order_seq_cst);
-  if (draining_.load(std::memory_order_seq_cst)) {
-    leave_from_outside();
-    return false;
-  }
-  return true;
-}
-
-void runtime_core::leave_from_outside() noexcept {
-  // release: what the thread did inside (a push) happens before the drain that reads the count.
-  // The last touch of *this: the drain may go on (and the runtime be freed) right after.
-  outside_in_flight_.fetch_sub(1, std::memory_order_release);
-}
-
 void runtime_core::notify_work_available(std::uint32_t preferred) noexcept {
   // seq_cst fence: pairs with the parker's fence after it registered as a sleeper (Dekker):
   // either it sees the work we published before this call, or we see it registered below.
@@ -456,12 +440,10 @@ void runtime_core::finish_shutdown() noexcept {
   monitor_->stop();
   // Step 4 happened on each worker as it left its loop (executor::run_loop drains its reactor).
   // Step 5.
-  // seq_cst: the gate's Dekker store (runtime_core.hpp); then wait out those inside it. They
-  // leave within a few instructions (a push, a wake), so yielding is enough: no notify, which
-  // would touch this object after the leaving thread's last decrement.
-  draining_.store(true, std::memory_order_seq_cst);
-  // acquire: pairs with leave_from_outside's release.
-  while (outside_in_flight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // Close the gate first: an outside spawn still inside pushes before the drain below, which
+  // then drops its task (core/outside_gate.hpp has the argument).
+  outside_gate_.close_and_wait();
+  draining_.store(true, std::memory_order_relaxed);  // relaxed: no worker runs any more
   drain_mailboxes();
   drain_queues();
   // Run the hook once and drop it (it may hold the layer above alive; see task/runtime.cpp).

@@ -52,16 +52,13 @@
 //         once (runnable::drop);
 //   6. the task layer then destroys tasks that were suspended (not in any queue).
 //
-// The gate to outside threads (step 5's precondition). A thread that is not one of this
-// runtime's workers may be in the middle of something that touches the runtime's tasks when the
-// shutdown reaches step 5: a spawn between its stopping check and its push, a waker between
-// popping a waiter under a primitive's lock and scheduling its task (the waiter lives in the
-// task's frame, which step 6 destroys). Such a span is bracketed by enter_from_outside() and
-// leave_from_outside(); step 5 first sets draining_, then waits until no thread is inside.
-// Dekker, both sides seq_cst: the entering thread counts itself in, then reads draining_; the
-// shutdown sets draining_, then reads the count. Either the entrant sees draining_ (it is
-// refused: it must not touch the task, which steps 5-6 end) or the shutdown sees it inside and
-// waits for its leave. Workers need no gate: they all left their loops before step 5.
+// The gate to outside threads (step 5's precondition, core/outside_gate.hpp). A thread that is
+// not one of this runtime's workers may be in the middle of something that touches the runtime's
+// tasks when the shutdown reaches step 5: a spawn between its stopping check and its push, a
+// waker between popping a waiter under a primitive's lock and scheduling its task (the waiter
+// lives in the task's frame, which step 6 destroys). Such a span is bracketed by
+// enter_from_outside() and leave_from_outside(); step 5 closes the gate and waits until no thread
+// is inside. Workers need no gate: they all left their loops before step 5.
 #pragma once
 
 #include <signal.h>
@@ -79,6 +76,7 @@
 #include "spindle/core/clock.hpp"
 #include "spindle/core/executor.hpp"
 #include "spindle/core/injector.hpp"
+#include "spindle/core/outside_gate.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/core/runtime_monitor.hpp"
 #include "spindle/core/topology.hpp"
@@ -163,8 +161,8 @@ class runtime_core final : public scheduler {
   // The gate to outside threads (see above). False: the runtime is draining; the caller must
   // not touch its tasks (and does not leave). True: call leave_from_outside() when done; until
   // then the drain waits, so the tasks and this runtime_core stay as they are.
-  bool enter_from_outside() noexcept;
-  void leave_from_outside() noexcept;
+  bool enter_from_outside() noexcept { return outside_gate_.enter(); }
+  void leave_from_outside() noexcept { outside_gate_.leave(); }
   // Queues `r` on a specific executor (its inbox); it runs there, it is never stolen.
   void schedule_on(std::uint32_t executor_index, runnable* r) noexcept;
 
@@ -312,7 +310,7 @@ class runtime_core final : public scheduler {
   std::unique_ptr<runtime_monitor> monitor_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
-  std::atomic<std::uint32_t> outside_in_flight_{0};  // threads inside the gate (see above)
+  outside_gate outside_gate_;  // see above; a cache line of its own
   std::atomic<bool> shut_down_{false};
   std::weak_ptr<runtime_core> self_;
   std::atomic<std::uint32_t> workers_running_{0};
