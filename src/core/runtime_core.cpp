@@ -440,6 +440,9 @@ void runtime_core::finish_shutdown() noexcept {
   monitor_->stop();
   // Step 4 happened on each worker as it left its loop (executor::run_loop drains its reactor).
   // Step 5.
+  // Close the gate first: an outside spawn still inside pushes before the drain below, which
+  // then drops its task (core/outside_gate.hpp has the argument).
+  outside_gate_.close_and_wait();
   draining_.store(true, std::memory_order_relaxed);  // relaxed: no worker runs any more
   drain_mailboxes();
   drain_queues();

@@ -58,6 +58,8 @@ dispatcher_shared::dispatcher_shared(std::shared_ptr<runtime_state> runtime, dis
 void dispatcher_shared::start() {
   const std::uint32_t executors = runtime_->core->executor_count();
   auto start_on = [&](std::uint32_t executor, task<void> body) {
+    host_entry entry(*runtime_);  // as for any spawn from outside (task/runtime.hpp)
+    if (entry.refused()) throw runtime_stopped();
     auto* spawned = prepare_spawn(*runtime_, std::move(body));
     runtime_->core->schedule_on(executor % executors, spawned);
     join_handle<void>(spawned).detach();

@@ -52,6 +52,8 @@ embedded_executor::~embedded_executor() {
   // misses the flag pushes onto the action queue, which step 2 closes (the close's acquire
   // exchange then takes its node).
   stopping_.store(true, std::memory_order_relaxed);
+  // Then wait out the other threads between touching a task and waking it (the gate).
+  outside_gate_.close_and_wait();
   draining_.store(true, std::memory_order_relaxed);
   // This thread owns the table's first shard and the timers while frames are destroyed.
   embedded_executor* outer = ticking_here;
@@ -105,6 +107,11 @@ core::timer_service* embedded_executor::timers_here() noexcept {
 }
 
 embedded_executor* embedded_executor::current() noexcept { return ticking_here; }
+
+spindle::detail::task_host::entry embedded_executor::enter() noexcept {
+  if (ticking_here == this) return entry::own_thread;
+  return outside_gate_.enter() ? entry::entered : entry::refused;
+}
 
 // --- the tick ------------------------------------------------------------------------------------
 

@@ -65,6 +65,10 @@ void wait_queue::complete_all(sync_waiter::outcome result, wake_list& to_wake) n
 
 void wake_list::add(sync_waiter* w, sync_waiter::outcome result) noexcept {
   w->outcome_ = result;
+  // Under the primitive lock: the waiter and its task are alive (header, "Wakers outside").
+  const task_host::entry entry = w->task_->host().enter();
+  if (entry == task_host::entry::refused) return;  // the host is draining: not woken
+  w->host_entered_ = entry == task_host::entry::entered;
   w->next_ = nullptr;
   if (tail_ != nullptr) {
     tail_->next_ = w;
@@ -81,7 +85,10 @@ void wake_list::wake_all() noexcept {
     // Read everything needed first: once woken, the waiter's frame may resume and vanish.
     sync_waiter* next = w->next_;
     spawned_task_base* t = w->task_;
+    task_host& host = t->host();
+    const bool entered = w->host_entered_;
     t->wake();
+    if (entered) host.leave();  // alive: its drain waits for this
     w = next;
   }
 }

@@ -36,6 +36,11 @@ task_host& current_host_or_throw(const char* what) {
   return *host;
 }
 
+task_host::entry runtime_state::enter() noexcept {
+  if (current_executor_index(*core) >= 0) return entry::own_thread;
+  return core->enter_from_outside() ? entry::entered : entry::refused;
+}
+
 std::int32_t runtime_state::table_shard() const noexcept { return current_executor_index(*core); }
 
 core::timer_service* runtime_state::timers_here() noexcept {

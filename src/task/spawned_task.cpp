@@ -105,12 +105,21 @@ void spawned_task_base::request_cancel() noexcept {
   // relaxed: the lock orders it; readers outside the lock only use it as a hint.
   cancellable_wait* wait = wait_;
   bool interrupted = false;
+  task_host::entry entry = task_host::entry::own_thread;
   if ((previous & (cancel_requested | complete | shielded)) == 0 && wait != nullptr) {
-    interrupted = wait->try_cancel();
-    if (interrupted) wait_ = nullptr;
+    // Enter the host first, under our lock (the task cannot be abandoned meanwhile): a canceller
+    // outside it wakes after unlocking, when a shutdown could otherwise destroy the task and the
+    // host (the gate, task_host.hpp). Refused: the shutdown ends the task; leave the wait alone.
+    entry = host_->enter();
+    if (entry != task_host::entry::refused) {
+      interrupted = wait->try_cancel();
+      if (interrupted) wait_ = nullptr;
+    }
   }
+  task_host* host = host_;
   unlock();
   if (interrupted) wake();
+  if (entry == task_host::entry::entered) host->leave();
 }
 
 task_status spawned_task_base::status() const noexcept {

@@ -47,7 +47,7 @@ std::uint32_t task_table::allocate_slot(std::uint32_t shard) {
   return index;
 }
 
-task_id task_table::insert(spawned_task_base* t, std::int32_t executor_index) {
+void task_table::insert(spawned_task_base* t, std::int32_t executor_index, task_id& id) {
   const bool foreign = executor_index < 0 || std::uint32_t(executor_index) >= executors_;
   const std::uint32_t shard = foreign ? executors_ : std::uint32_t(executor_index);
   std::uint32_t index;
@@ -58,9 +58,9 @@ task_id task_table::insert(spawned_task_base* t, std::int32_t executor_index) {
     index = allocate_slot(shard);
   }
   slot& s = slot_at(index);
-  // relaxed: ordered before the task's publication to a queue (release there), see header.
-  s.task.store(t, std::memory_order_relaxed);
-  return {index, s.serial.load(std::memory_order_relaxed)};
+  id = {index, s.serial.load(std::memory_order_relaxed)};  // relaxed: our slot, written by erase
+  // release: the task's id and table pointer are visible to whoever finds it here (header).
+  s.task.store(t, std::memory_order_release);
 }
 
 void task_table::erase(task_id id, std::int32_t executor_index) noexcept {

@@ -42,7 +42,7 @@
 //   4. drain I/O: each worker, leaving its loop, makes its reactor cancel the operations in
 //      flight and reap their final completions (their callbacks may wake tasks: those are
 //      queued, then dropped in step 5);
-//   5. drain, in two parts:
+//   5. close the gate to outside threads (below), then drain, in two parts:
 //      a. mailboxes: each is closed (a later send_message finds it closed and discards its
 //         message itself, on the sending thread); every message still in one is handed to its
 //         deliver function with receiver == nullptr exactly once, then reclaimed into its
@@ -51,6 +51,14 @@
 //      b. every runnable still in a local queue, an inbox or the injector is dropped exactly
 //         once (runnable::drop);
 //   6. the task layer then destroys tasks that were suspended (not in any queue).
+//
+// The gate to outside threads (step 5's precondition, core/outside_gate.hpp). A thread that is
+// not one of this runtime's workers may be in the middle of something that touches the runtime's
+// tasks when the shutdown reaches step 5: a spawn between its stopping check and its push, a
+// waker between popping a waiter under a primitive's lock and scheduling its task (the waiter
+// lives in the task's frame, which step 6 destroys). Such a span is bracketed by
+// enter_from_outside() and leave_from_outside(); step 5 closes the gate and waits until no thread
+// is inside. Workers need no gate: they all left their loops before step 5.
 #pragma once
 
 #include <signal.h>
@@ -68,6 +76,7 @@
 #include "spindle/core/clock.hpp"
 #include "spindle/core/executor.hpp"
 #include "spindle/core/injector.hpp"
+#include "spindle/core/outside_gate.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/core/runtime_monitor.hpp"
 #include "spindle/core/topology.hpp"
@@ -149,6 +158,11 @@ class runtime_core final : public scheduler {
   // scheduler: pushes from a worker go to its local queue; from anywhere else to the injector
   // shard of the less loaded of two random executors (P2C), then an idle executor is woken.
   void schedule(runnable* r, schedule_hint hint) noexcept override;
+  // The gate to outside threads (see above). False: the runtime is draining; the caller must
+  // not touch its tasks (and does not leave). True: call leave_from_outside() when done; until
+  // then the drain waits, so the tasks and this runtime_core stay as they are.
+  bool enter_from_outside() noexcept { return outside_gate_.enter(); }
+  void leave_from_outside() noexcept { outside_gate_.leave(); }
   // Queues `r` on a specific executor (its inbox); it runs there, it is never stolen.
   void schedule_on(std::uint32_t executor_index, runnable* r) noexcept;
 
@@ -296,6 +310,7 @@ class runtime_core final : public scheduler {
   std::unique_ptr<runtime_monitor> monitor_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
+  outside_gate outside_gate_;  // see above; a cache line of its own
   std::atomic<bool> shut_down_{false};
   std::weak_ptr<runtime_core> self_;
   std::atomic<std::uint32_t> workers_running_{0};

@@ -58,7 +58,10 @@
 //
 // Shutdown (the destructor, on the ticking thread, outside a tick):
 //   1. `stopping`: spawns throw runtime_stopped; wake-ups are ignored from now on (every task
-//      still live is destroyed below, whatever queue it would have joined);
+//      still live is destroyed below, whatever queue it would have joined); then the gate to
+//      other threads closes (core/outside_gate.hpp): a spawn or a wake from another thread that
+//      is between touching a task and its push (and the integration's tick_soon()) finishes
+//      first, and later ones are refused;
 //   2. the action queue is closed (defensive: a late push fails and is ignored; but a waker on
 //      another thread that pushed just before goes on to call the integration's tick_soon(),
 //      possibly after the destructor returned, so other threads must be quiet, see below);
@@ -66,9 +69,10 @@
 //      a task records "cancelled" and destroys its frames;
 //   4. every task still live (suspended forever) is abandoned the same way, until none is left;
 //   5. the wrappers and the timer wheel go (every timer entry lived in a destroyed frame).
-// Join handles stay valid and report cancelled. The integration must outlive the executor, and
-// whatever other threads use to wake its tasks must be quiet once the destructor runs (as for
-// the runtime).
+// Join handles stay valid and report cancelled. The integration must outlive the executor. Other
+// threads may spawn, wake (through spindle's primitives) and cancel until the destructor runs
+// and while it runs (step 1's gate); what they wake with must itself still be alive, as for the
+// runtime.
 #pragma once
 
 #include <atomic>
@@ -81,6 +85,7 @@
 #include "spindle/core/clock.hpp"
 #include "spindle/core/executor_mailbox.hpp"
 #include "spindle/core/intrusive_list.hpp"
+#include "spindle/core/outside_gate.hpp"
 #include "spindle/core/timer_wheel.hpp"
 #include "spindle/embed/integration.hpp"
 #include "spindle/task/join_handle.hpp"
@@ -195,6 +200,8 @@ class embedded_executor final : private ::spindle::detail::task_host {
   core::timer_service* timers_here() noexcept override;
   spindle::clock& clock() const noexcept override { return clock_; }
   bool stopping() const noexcept override;
+  entry enter() noexcept override;
+  void leave() noexcept override { outside_gate_.leave(); }
 
   // The first service phase of a tick looks at the action queue with a seq_cst load (the
   // re-entry argument in integration.hpp); every service phase that ends a tick fires timers.
@@ -223,6 +230,7 @@ class embedded_executor final : private ::spindle::detail::task_host {
   core::intrusive_mpsc_stack<core::runnable> actions_;  // any thread: foreign wake-ups
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
+  core::outside_gate outside_gate_;  // shutdown step 1; a cache line of its own
   embedded_statistics statistics_;
   void (*phase_observer_)(void*, phase) = nullptr;
   void* phase_context_ = nullptr;

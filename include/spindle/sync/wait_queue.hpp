@@ -30,6 +30,15 @@
 // reference counted and outlives its waiter.) Stripes are shared by unrelated primitives; that
 // is harmless because nothing ever holds two primitive locks at once.
 //
+// Wakers outside the task's host (a plain thread setting an event, sending on a channel, a
+// dispatcher submitter). Between releasing the primitive lock and scheduling, a waker reads the
+// waiter (in the task's frame) and the task: a runtime shutting down meanwhile would destroy
+// both (issue 14, item 2). So under the lock, where the waiter is still alive, wake_list::add
+// enters the task's host (task_host::enter, the gate of core/runtime_core.hpp) and leaves after
+// the wake: the shutdown's drain waits for it. Refused (the host is draining): the waiter keeps
+// its outcome and is not woken; the shutdown destroys its frame, which gives back what it was
+// handed (abandon_wait), as for any waiter woken but never resumed.
+//
 // Lock order: task lock before primitive lock (cancellers). Never a task lock under a primitive
 // lock: wakers wake (schedule) only after unlocking, and waking takes no task lock.
 #pragma once
@@ -120,6 +129,7 @@ class sync_waiter : public cancellable_wait {
   // Own task only: suspended with a registration (or yielding with its result, see
   // suspend_on), not yet resumed.
   bool suspended_ = false;
+  bool host_entered_ = false;  // the waker's, between wake_list::add and wake_all
 };
 
 // Intrusive FIFO of waiters. Not locked itself: the owner's primitive lock guards it.

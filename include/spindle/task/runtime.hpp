@@ -56,6 +56,8 @@ struct runtime_state final : task_host {
   core::timer_service* timers_here() noexcept override;
   spindle::clock& clock() const noexcept override;
   bool stopping() const noexcept override { return core->stopping(); }
+  entry enter() noexcept override;
+  void leave() noexcept override { core->leave_from_outside(); }
 
   // A layer built on tasks (the actor system) keeps its per-runtime state here: created on
   // first use, shut down right after the tasks were abandoned, destroyed with this state.
@@ -95,7 +97,9 @@ task_host* current_task_host() noexcept;
 // A spawned task created and entered in the table but not yet scheduled, so the caller can
 // register a joiner or keep a raw reference before it can run. The caller then schedules it
 // exactly once (schedule_prepared, or schedule_on for a specific executor). Holds the usual two
-// references (running + handle).
+// references (running + handle). A caller that may be outside the host holds a host_entry from
+// before this call until the task is scheduled: a shutdown's drain then waits for the schedule,
+// so the task runs or ends cancelled (issue 14, item 1).
 template <class T>
 spawned_task<T>* prepare_spawn(task_host& host, task<T> body) {
   if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
@@ -118,6 +122,8 @@ inline void cancel_prepared(task_host& host, spawned_task_base* spawned) noexcep
 // spawn_in under a name (named_tasks.hpp): the name is live until the task completes.
 template <class T>
 join_handle<T> spawn_named_in(task_host& host, std::string name, task<T> body) {
+  host_entry entry(host);
+  if (entry.refused()) throw runtime_stopped();
   auto hook = std::make_unique<name_release_hook>(*host.names, name);
   auto* spawned = prepare_spawn(host, std::move(body));
   join_handle<T> handle(spawned);
@@ -141,6 +147,8 @@ join_handle<T> spawn_named_in(task_host& host, std::string name, task<T> body) {
 
 template <class T>
 join_handle<T> spawn_in(task_host& state, task<T> body) {
+  host_entry entry(state);
+  if (entry.refused()) throw runtime_stopped();
   auto* spawned = prepare_spawn(state, std::move(body));
   schedule_prepared(state, spawned);
   return join_handle<T>(spawned);
@@ -154,7 +162,8 @@ inline constexpr bool is_task_v<task<T>> = true;
 template <class F>
 auto spawn_function_in(task_host& host, F function) {
   using result = std::invoke_result_t<F&>;
-  if (host.stopping()) throw runtime_stopped();
+  host_entry entry(host);  // as in prepare_spawn
+  if (entry.refused() || host.stopping()) throw runtime_stopped();
   auto* spawned = spawned_function<result, F>::create(host, std::move(function));
   spawned->enter_table();
   host.schedule(spawned, core::schedule_hint::spawn);
@@ -234,6 +243,8 @@ task_host& current_host_or_throw(
 template <class T>
 join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body) {
   if (executor_index >= executor_count()) throw usage_error("spindle: no such executor");
+  detail::host_entry entry(*state_);
+  if (entry.refused()) throw runtime_stopped();
   auto* spawned = detail::prepare_spawn(*state_, std::move(body));
   state_->core->schedule_on(executor_index, spawned);
   return join_handle<T>(spawned);

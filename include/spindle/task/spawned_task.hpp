@@ -139,7 +139,7 @@ class spawned_task_base : public core::runnable {
   // Occupies a slot in the host's table (before the task is first scheduled).
   void enter_table() {
     table_ = &host_->tasks;
-    id_ = table_->insert(this, host_->table_shard());
+    table_->insert(this, host_->table_shard(), id_);
   }
 
   // --- used by the root coroutine's final suspend ------------------------------------------

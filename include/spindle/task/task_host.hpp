@@ -9,7 +9,10 @@
 //   - schedule (core::scheduler): wakers from any thread, the running task (yield), spawn;
 //   - table_shard: the thread creating or completing a task, to pick its task-table shard;
 //   - timers_here / clock: a task arming a timer (sleep, timeout) on the thread running it;
-//   - stopping: spawn, before creating a task.
+//   - stopping: spawn, before creating a task;
+//   - enter / leave: a thread that may be outside the host (a spawn, a waker) around the span in
+//     which it touches one of its tasks, so the host's shutdown cannot destroy the task (or the
+//     host) under it (the gate of core/runtime_core.hpp). host_entry is the RAII form.
 // A task finds its host through the spawned task it runs in (spawned_task_base::host()), so no
 // thread-local lookup is needed inside a task; current_task_host() adds the worker threads'
 // runtime for code that runs outside any task (an actor's handler, a plain spawn from a worker).
@@ -46,6 +49,14 @@ class task_host : public core::scheduler {
   // True once the host began shutting down: spawn then throws runtime_stopped.
   virtual bool stopping() const noexcept = 0;
 
+  // The gate. own_thread: the caller is one of the host's own threads (nothing counted, nothing
+  // to leave); entered: call leave() when done; refused: the host is draining its tasks, the
+  // caller must not touch them (a spawn throws runtime_stopped, a waker does not wake).
+  // Called with the task alive (its lock or a primitive's lock held, or before it exists).
+  enum class entry : std::uint8_t { own_thread, entered, refused };
+  virtual entry enter() noexcept { return entry::own_thread; }
+  virtual void leave() noexcept {}
+
   // Shutdown (the host's last step, once nothing runs its tasks any more): abandons every task
   // still in the table (destroys its frames, records "cancelled"), until none is left.
   void abandon_all() noexcept;
@@ -57,6 +68,22 @@ class task_host : public core::scheduler {
 
  protected:
   ~task_host();
+};
+
+// enter() ... leave() for a scope (spawn paths).
+class host_entry {
+ public:
+  explicit host_entry(task_host& host) noexcept : host_(host), entry_(host.enter()) {}
+  ~host_entry() {
+    if (entry_ == task_host::entry::entered) host_.leave();
+  }
+  host_entry(const host_entry&) = delete;
+  host_entry& operator=(const host_entry&) = delete;
+  bool refused() const noexcept { return entry_ == task_host::entry::refused; }
+
+ private:
+  task_host& host_;
+  task_host::entry entry_;
 };
 
 }  // namespace spindle::detail

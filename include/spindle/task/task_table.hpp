@@ -17,8 +17,10 @@
 // 32-bit serial does not wrap for one slot.
 //
 // Concurrency contract: `task` and `serial` of an occupied slot are written by the allocating
-// thread before the task is published to any queue (the queue's release orders them); they
-// are read by the shutdown scan after every worker stopped.
+// thread before the task is published to any queue (the queue's release orders them), and the
+// task's own id (and table pointer) before `task` (release): the shutdown scan, which runs after
+// every worker stopped and every outside spawner left the gate (core/runtime_core.hpp), finds
+// only tasks that know where they are.
 #pragma once
 
 #include <atomic>
@@ -53,8 +55,9 @@ class task_table {
   task_table(const task_table&) = delete;
   task_table& operator=(const task_table&) = delete;
 
-  // Occupies a slot for `t` (shard: the calling executor, or the foreign shard). Returns its id.
-  task_id insert(spawned_task_base* t, std::int32_t executor_index);
+  // Occupies a slot for `t` (shard: the calling executor, or the foreign shard). Writes its id to
+  // `id` before `t` becomes visible in the slot: a scan that finds `t` finds it knowing its id.
+  void insert(spawned_task_base* t, std::int32_t executor_index, task_id& id);
   // Frees the slot of id (its serial advances). `executor_index` is the caller's (or -1).
   void erase(task_id id, std::int32_t executor_index) noexcept;
   // True if `id` still names a live task.
