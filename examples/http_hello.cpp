@@ -18,7 +18,9 @@
 // ending a line, chunk data not followed by CRLF, junk after a chunk size): `strict_framing`
 // checks the raw bytes ahead of the parser. What http-parser 2.9.4 already rejects in any build
 // (Content-Length with Transfer-Encoding, two Content-Lengths, a final coding other than chunked,
-// control characters in a field) gets 400 from it.
+// control characters in a field) gets 400 from it. Transfer-Encoding in an HTTP/1.0 request gets
+// 400 (RFC 9112 6.1: faulty framing), a coding this server does not decode before the final
+// chunked ("gzip, chunked") 501.
 // Bounded waiting (slowloris): a request must arrive completely within `request_timeout` of the
 // read that brought its first byte, and a keep-alive connection is closed when no request begins
 // within `idle_timeout` of the last answer (or of the accept); bytes that begin no request (empty
@@ -296,12 +298,49 @@ struct request_parser {
   std::string answers;    // to the requests completed since the last write
   bool close_after = false;
   bool in_message = false;
-  bool refused = false;   // the current request is CONNECT or an upgrade: parsing stopped
+  // The current request is CONNECT, an upgrade, or has a transfer coding other than chunked:
+  // parsing stopped.
+  bool refused = false;
   bool unsupported_version = false;  // the current request is not HTTP/1.x: parsing stopped
   strict_framing framing;
   // The current request's body framing, as on_headers_complete found it.
   bool body_chunked = false;
   std::uint64_t body_length = 0;
+  // The current request's Transfer-Encoding field values, comma-joined (cut at
+  // max_transfer_codings_size), for on_headers_complete. A field name arrives in pieces: how
+  // much of "transfer-encoding" the current one has matched (-1: it is another name).
+  static constexpr std::string_view transfer_encoding_name = "transfer-encoding";
+  static constexpr std::size_t max_transfer_codings_size = 256;
+  std::string transfer_codings;
+  bool transfer_codings_cut = false;  // longer than that: 501
+  int transfer_encoding_matched = 0;
+  bool in_field_value = false;  // the last field callback was on_header_value
+
+  // True if `codings` (a comma-separated list, as in Transfer-Encoding) is "chunked" alone, in any
+  // case, white space and empty list elements aside. `chunked_count` says how often it appears.
+  static bool only_chunked(std::string_view codings, int& chunked_count) {
+    chunked_count = 0;
+    bool others = false;
+    while (!codings.empty()) {
+      const std::size_t comma = std::min(codings.find(','), codings.size());
+      std::string_view element = codings.substr(0, comma);
+      codings.remove_prefix(std::min(comma + 1, codings.size()));
+      const std::size_t first = element.find_first_not_of(" \t");
+      if (first == std::string_view::npos) continue;  // an empty list element
+      element = element.substr(first, element.find_last_not_of(" \t") + 1 - first);
+      constexpr std::string_view chunked = "chunked";
+      const bool is_chunked =
+          element.size() == chunked.size() &&
+          std::equal(element.begin(), element.end(), chunked.begin(),
+                     [](char a, char b) { return (a | 0x20) == b; });  // ASCII letters only
+      if (is_chunked) {
+        ++chunked_count;
+      } else {
+        others = true;
+      }
+    }
+    return !others;
+  }
 
   request_parser() {
     http_parser_init(&parser, HTTP_REQUEST);
@@ -314,6 +353,9 @@ struct request_parser {
         auto* self = static_cast<request_parser*>(p->data);
         ++self->begun;
         self->in_message = true;
+        self->transfer_codings.clear();
+        self->transfer_codings_cut = false;
+        self->in_field_value = true;  // the first field name begins a new field
         return 0;
       };
       // http-parser sets `upgrade` before this callback for CONNECT and for "Connection:
@@ -323,8 +365,41 @@ struct request_parser {
       // The Debian build of http-parser is not HTTP_PARSER_STRICT: it takes white space into a
       // header field name ("Host : x"), which RFC 9112 5.1 says a server MUST reject with 400.
       // A field name arrives in pieces, but white space in any piece is an error.
-      s.on_header_field = [](http_parser*, const char* at, std::size_t length) {
-        return std::string_view(at, length).find_first_of(" \t") == std::string_view::npos ? 0 : -1;
+      // The name is also matched against "transfer-encoding", piece by piece.
+      s.on_header_field = [](http_parser* p, const char* at, std::size_t length) {
+        const std::string_view piece(at, length);
+        if (piece.find_first_of(" \t") != std::string_view::npos) return -1;
+        auto* self = static_cast<request_parser*>(p->data);
+        if (self->in_field_value) {  // a new field
+          self->in_field_value = false;
+          self->transfer_encoding_matched = 0;
+        }
+        int& matched = self->transfer_encoding_matched;
+        for (const char c : piece) {
+          if (matched < 0) break;
+          if (std::size_t(matched) < transfer_encoding_name.size() &&
+              (c | 0x20) == transfer_encoding_name[std::size_t(matched)]) {
+            ++matched;
+          } else {
+            matched = -1;
+          }
+        }
+        return 0;
+      };
+      // Collects the Transfer-Encoding values (several field lines make one list, RFC 9110 5.3).
+      s.on_header_value = [](http_parser* p, const char* at, std::size_t length) {
+        auto* self = static_cast<request_parser*>(p->data);
+        const bool new_value = !self->in_field_value;
+        self->in_field_value = true;
+        if (self->transfer_encoding_matched != int(transfer_encoding_name.size())) return 0;
+        std::string& codings = self->transfer_codings;
+        if (new_value && !codings.empty()) codings.push_back(',');
+        if (codings.size() + length > max_transfer_codings_size) {
+          self->transfer_codings_cut = true;
+          return 0;
+        }
+        codings.append(at, length);
+        return 0;
       };
       s.on_headers_complete = [](http_parser* p) {
         // HTTP/9.9 parses too: only HTTP/1.x is spoken here (RFC 9110 15.6.6).
@@ -332,17 +407,34 @@ struct request_parser {
           static_cast<request_parser*>(p->data)->unsupported_version = true;
           return -1;
         }
+        auto* self = static_cast<request_parser*>(p->data);
+        if (p->upgrade == 0 && p->uses_transfer_encoding) {
+          // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message means faulty framing: 400.
+          if (p->http_minor == 0) return -1;
+          // The parser checks only that the final coding is chunked: it refuses the request after
+          // this callback otherwise (400, as RFC 9112 6.3 says). Another coding before a final
+          // chunked ("gzip, chunked") this server does not decode: 501 (6.1: SHOULD). Chunked
+          // twice (6.1: MUST NOT): 400.
+          if ((p->flags & F_CHUNKED) != 0) {
+            int chunked_count = 0;
+            if (self->transfer_codings_cut ||
+                !only_chunked(self->transfer_codings, chunked_count)) {
+              self->refused = true;
+              return -1;
+            }
+            if (chunked_count > 1) return -1;
+          }
+        }
         if (p->upgrade == 0) {
-          // For strict_framing: no Content-Length reads as all ones. (A Transfer-Encoding whose
-          // final coding is not chunked, or one with a Content-Length, the parser refuses after
-          // this callback: no body follows.)
-          auto* self = static_cast<request_parser*>(p->data);
+          // For strict_framing: no Content-Length reads as all ones. (Content-Length with
+          // Transfer-Encoding the parser refuses before this callback, a Transfer-Encoding whose
+          // final coding is not chunked after it: no body follows either.)
           self->body_chunked = (p->flags & F_CHUNKED) != 0;
           self->body_length =
               p->content_length == std::numeric_limits<std::uint64_t>::max() ? 0 : p->content_length;
           return 0;
         }
-        static_cast<request_parser*>(p->data)->refused = true;
+        self->refused = true;
         return -1;
       };
       s.on_message_complete = [](http_parser* p) {

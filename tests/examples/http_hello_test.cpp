@@ -1157,6 +1157,63 @@ TEST_P(HttpHello, TransferCodingNotEndingInChunkedGets400) {
   });
 }
 
+// 19. A transfer coding other than chunked before the final chunked one ("gzip, chunked"), which
+// this server does not decode: "501 Not Implemented" and the close (RFC 9112 6.1: SHOULD), also
+// when the codings come in two field lines; chunked applied twice (6.1: MUST NOT) gets 400.
+TEST_P(HttpHello, TransferCodingOtherThanChunkedGets501) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  constexpr std::string_view not_implemented =
+      "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  const std::vector<std::tuple<const char*, std::string, std::string_view>> refused = {
+      {"gzip, chunked",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+       not_implemented},
+      {"two field lines",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n\r\n"
+       "0\r\n\r\n",
+       not_implemented},
+      {"after an empty field",
+       "POST / HTTP/1.1\r\nHost: t\r\nX-Empty:\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+       "0\r\n\r\n",
+       not_implemented},
+      {"a list too long to hold",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: " + repeat("chunked, ", 40) +
+           "chunked\r\n\r\n0\r\n\r\n",
+       not_implemented},
+      {"chunked twice",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+       bad_request_response},
+  };
+  for (const auto& [what, request, answer] : refused) {
+    SCOPED_TRACE(what);
+    const int fd = server_.try_connect();
+    ASSERT_GE(fd, 0);
+    fd_closer closer{fd};
+    send_all(fd, request);
+    EXPECT_EQ(receive(fd, answer.size(), 5s), answer);
+    std::string extra;
+    EXPECT_EQ(wait_for_close(fd, 5s, &extra), ending::closed) << extra;
+  }
+  // Chunked alone, in any case, is fine.
+  const int fd = server_.try_connect();
+  ASSERT_GE(fd, 0);
+  fd_closer closer{fd};
+  ASSERT_TRUE(send_all(fd, "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: CHUNKED\r\n\r\n"
+                           "0\r\n\r\n"));
+  EXPECT_EQ(receive(fd, hello_response.size(), 5s), hello_response);
+}
+
+// 20. Transfer-Encoding in an HTTP/1.0 request: RFC 9112 6.1 says to treat the framing as faulty
+// (1.0 has no chunked coding) and close: 400.
+TEST_P(HttpHello, TransferEncodingInHttp10Gets400) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"chunked", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"with keep-alive",
+       "POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+  });
+}
+
 // 18. The strict checks see the bytes as they arrive: a valid pipeline (a chunked request with an
 // extension and a trailer, a body holding LF and leading white space, a GET) written in two
 // pieces split at every byte position is answered in full on one keep-alive connection; a
