@@ -13,7 +13,14 @@
 // a protocol upgrade ("Connection: upgrade" with "Upgrade: websocket", "h2c", ...; an Upgrade
 // header without that Connection option is ignored, as RFC 9110 7.8 allows). A version other
 // than HTTP/1.x gets "505 HTTP Version Not Supported" and the close; white space in a header
-// field name ("Host : x"), which the lenient Debian http-parser build takes, gets 400.
+// field name ("Host : x"), which the lenient Debian http-parser build takes, gets 400; so does
+// the rest of what that build takes and RFC 9112 rejects (obsolete line folding, a bare LF or CR
+// ending a line, chunk data not followed by CRLF, junk after a chunk size): `strict_framing`
+// checks the raw bytes ahead of the parser. What http-parser 2.9.4 already rejects in any build
+// (Content-Length with Transfer-Encoding, two Content-Lengths, a final coding other than chunked,
+// control characters in a field) gets 400 from it. Transfer-Encoding in an HTTP/1.0 request gets
+// 400 (RFC 9112 6.1: faulty framing), a coding this server does not decode before the final
+// chunked ("gzip, chunked") 501.
 // Bounded waiting (slowloris): a request must arrive completely within `request_timeout` of the
 // read that brought its first byte, and a keep-alive connection is closed when no request begins
 // within `idle_timeout` of the last answer (or of the accept); bytes that begin no request (empty
@@ -39,7 +46,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -73,6 +82,214 @@ enum class parse_result {
   unsupported_version,  // an HTTP major version other than 1: 505, close
 };
 
+// RFC 9112 framing checks that the non-strict http-parser build (Debian's, not
+// HTTP_PARSER_STRICT; strictness is a compile-time switch, there is none at run time) leaves out,
+// made on the raw bytes of a connection ahead of the parser, one pass, whatever the reads' sizes:
+//   - every line of a header section (request line, field lines, the empty line) and of a chunked
+//     body (chunk-size lines, the CRLF after chunk data, the trailer section) ends in CRLF. A bare
+//     LF is refused although RFC 9112 2.2 lets a recipient take it as a line end: http-parser
+//     would, a proxy in front of this server may not, and two parsers that split the same bytes
+//     into different lines see different headers and framing (request smuggling); a conforming
+//     client never sends one (2.2: "MUST NOT generate"). A bare CR is refused (2.2 allows that or
+//     reading it as SP; the non-strict parser took the byte after any CR as the LF).
+//   - no field line begins with SP or HTAB: obsolete line folding, which a server may reject with
+//     400 (5.2), and white space before the first field line (2.2: reject or consume).
+//   - a chunk size (hex digits) is followed only by optional white space and ";" extensions
+//     (visible characters, SP, HTAB), then CRLF; chunk data is followed by CRLF (7.1). The
+//     non-strict parser takes any two bytes after the data and ignores anything after "size ".
+// The checks are a strict subset of what the parser accepts and frame messages as it does, so
+// both agree where every message ends. The one thing read from the parser is a body's framing,
+// known only once it has parsed the header section: scan() stops just past the header section's
+// end, the caller feeds the parser up to there and hands the framing over (begin_body()).
+// Everything else (tokens, versions, Content-Length values, control characters in fields) is
+// the parser's.
+class strict_framing {
+ public:
+  enum class stop {
+    end_of_input,        // every byte given passes
+    header_section_end,  // the bytes up to and including the end of a header section pass
+    invalid,             // the byte at `length` is one RFC 9112 rejects
+  };
+  struct scan_result {
+    std::size_t length;  // bytes that pass
+    stop reason;
+  };
+
+  scan_result scan(const char* data, std::size_t size) {
+    std::size_t i = 0;
+    while (i < size) {
+      const char c = data[i];
+      switch (state_) {
+        case state::between:  // empty lines (CRLF) before a request line are skipped (2.2)
+          if (c == '\r') {
+            state_ = state::between_lf;
+            ++i;
+          } else if (c == '\n') {
+            return {i, stop::invalid};
+          } else {
+            state_ = state::in_line;  // the request line; the parser checks what it holds
+          }
+          break;
+        case state::between_lf:
+          if (c != '\n') return {i, stop::invalid};
+          state_ = state::between;
+          ++i;
+          break;
+        case state::in_line:  // the request line or a field line: up to its CR
+          while (i < size && data[i] != '\r' && data[i] != '\n') ++i;
+          if (i == size) break;
+          if (data[i] == '\n') return {i, stop::invalid};
+          state_ = state::line_lf;
+          ++i;
+          break;
+        case state::line_lf:
+          if (c != '\n') return {i, stop::invalid};
+          state_ = state::line_start;
+          ++i;
+          break;
+        case state::line_start:  // a field line, or the empty line ending the section
+          if (c == '\r') {
+            state_ = state::section_end_lf;
+            ++i;
+          } else if (c == '\n' || c == ' ' || c == '\t') {
+            return {i, stop::invalid};
+          } else {
+            state_ = state::in_line;
+          }
+          break;
+        case state::section_end_lf:
+          if (c != '\n') return {i, stop::invalid};
+          ++i;
+          if (in_trailers_) {  // the end of a chunked message
+            in_trailers_ = false;
+            state_ = state::between;
+            break;
+          }
+          state_ = state::awaiting_framing;
+          return {i, stop::header_section_end};
+        case state::awaiting_framing:
+          // begin_body() was not called: a caller's mistake. Nothing passes.
+          return {i, stop::invalid};
+        case state::body: {
+          const std::size_t take = std::size_t(std::min<std::uint64_t>(remaining_, size - i));
+          i += take;
+          remaining_ -= take;
+          if (remaining_ == 0) state_ = state::between;
+          break;
+        }
+        case state::chunk_size_start:
+          if (hex_value(c) < 0) return {i, stop::invalid};
+          state_ = state::chunk_size;
+          break;
+        case state::chunk_size:
+          if (const int digit = hex_value(c); digit >= 0) {
+            // A size that overflows 64 bits is refused (as the parser does).
+            if (remaining_ > (std::numeric_limits<std::uint64_t>::max() >> 4)) {
+              return {i, stop::invalid};
+            }
+            remaining_ = remaining_ * 16 + std::uint64_t(digit);
+          } else if (c == '\r') {
+            state_ = state::chunk_size_lf;
+          } else if (c == ' ' || c == '\t') {
+            state_ = state::chunk_size_space;
+          } else if (c == ';') {
+            state_ = state::chunk_extension;
+          } else {
+            return {i, stop::invalid};
+          }
+          ++i;
+          break;
+        case state::chunk_size_space:  // BWS: only before a ";" (7.1.1)
+          if (c == ';') {
+            state_ = state::chunk_extension;
+          } else if (c != ' ' && c != '\t') {
+            return {i, stop::invalid};
+          }
+          ++i;
+          break;
+        case state::chunk_extension:  // ignored, but no control character other than HTAB
+          if (c == '\r') {
+            state_ = state::chunk_size_lf;
+          } else if (is_control(c)) {
+            return {i, stop::invalid};
+          }
+          ++i;
+          break;
+        case state::chunk_size_lf:
+          if (c != '\n') return {i, stop::invalid};
+          ++i;
+          if (remaining_ == 0) {  // the last chunk: a trailer section follows
+            in_trailers_ = true;
+            state_ = state::line_start;
+          } else {
+            state_ = state::chunk_data;
+          }
+          break;
+        case state::chunk_data: {
+          const std::size_t take = std::size_t(std::min<std::uint64_t>(remaining_, size - i));
+          i += take;
+          remaining_ -= take;
+          if (remaining_ == 0) state_ = state::chunk_data_cr;
+          break;
+        }
+        case state::chunk_data_cr:
+          if (c != '\r') return {i, stop::invalid};
+          state_ = state::chunk_data_lf;
+          ++i;
+          break;
+        case state::chunk_data_lf:
+          if (c != '\n') return {i, stop::invalid};
+          state_ = state::chunk_size_start;
+          ++i;
+          break;
+      }
+    }
+    return {i, stop::end_of_input};
+  }
+
+  // After stop::header_section_end: the body's framing as the parser read the header section
+  // (chunked, else `length` bytes, 0 for none).
+  void begin_body(bool chunked, std::uint64_t length) {
+    remaining_ = chunked ? 0 : length;
+    state_ = chunked ? state::chunk_size_start : length > 0 ? state::body : state::between;
+  }
+
+ private:
+  enum class state : unsigned char {
+    between,           // before a request line
+    between_lf,        // an empty line's CR seen: its LF must follow
+    in_line,           // in the request line or a field line
+    line_lf,           // a line's CR seen: its LF must follow
+    line_start,        // at the start of a field line or of the section's empty line
+    section_end_lf,    // the empty line's CR seen: its LF must follow
+    awaiting_framing,  // past a header section, until begin_body()
+    body,              // in a Content-Length body: `remaining_` bytes left
+    chunk_size_start,  // at a chunk-size line: a hex digit must come
+    chunk_size,        // in the chunk size (`remaining_` so far)
+    chunk_size_space,  // white space after the chunk size
+    chunk_extension,   // after a ";": up to the CR
+    chunk_size_lf,     // the chunk-size line's CR seen: its LF must follow
+    chunk_data,        // `remaining_` bytes of chunk data left
+    chunk_data_cr,     // after chunk data: CR must come
+    chunk_data_lf,     // ... then LF
+  };
+
+  static int hex_value(char c) noexcept {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  }
+  static bool is_control(char c) noexcept {
+    const auto byte = static_cast<unsigned char>(c);
+    return (byte < 0x20 && byte != '\t') || byte == 0x7f;
+  }
+
+  state state_ = state::between;
+  bool in_trailers_ = false;   // the header section being scanned is a chunked body's trailers
+  std::uint64_t remaining_ = 0;  // body or chunk data bytes left; the chunk size being read
+};
+
 // Parser state of one connection: counts begun requests and collects the answers to the completed
 // ones, in order.
 struct request_parser {
@@ -81,8 +298,49 @@ struct request_parser {
   std::string answers;    // to the requests completed since the last write
   bool close_after = false;
   bool in_message = false;
-  bool refused = false;   // the current request is CONNECT or an upgrade: parsing stopped
+  // The current request is CONNECT, an upgrade, or has a transfer coding other than chunked:
+  // parsing stopped.
+  bool refused = false;
   bool unsupported_version = false;  // the current request is not HTTP/1.x: parsing stopped
+  strict_framing framing;
+  // The current request's body framing, as on_headers_complete found it.
+  bool body_chunked = false;
+  std::uint64_t body_length = 0;
+  // The current request's Transfer-Encoding field values, comma-joined (cut at
+  // max_transfer_codings_size), for on_headers_complete. A field name arrives in pieces: how
+  // much of "transfer-encoding" the current one has matched (-1: it is another name).
+  static constexpr std::string_view transfer_encoding_name = "transfer-encoding";
+  static constexpr std::size_t max_transfer_codings_size = 256;
+  std::string transfer_codings;
+  bool transfer_codings_cut = false;  // longer than that: 501
+  int transfer_encoding_matched = 0;
+  bool in_field_value = false;  // the last field callback was on_header_value
+
+  // True if `codings` (a comma-separated list, as in Transfer-Encoding) is "chunked" alone, in any
+  // case, white space and empty list elements aside. `chunked_count` says how often it appears.
+  static bool only_chunked(std::string_view codings, int& chunked_count) {
+    chunked_count = 0;
+    bool others = false;
+    while (!codings.empty()) {
+      const std::size_t comma = std::min(codings.find(','), codings.size());
+      std::string_view element = codings.substr(0, comma);
+      codings.remove_prefix(std::min(comma + 1, codings.size()));
+      const std::size_t first = element.find_first_not_of(" \t");
+      if (first == std::string_view::npos) continue;  // an empty list element
+      element = element.substr(first, element.find_last_not_of(" \t") + 1 - first);
+      constexpr std::string_view chunked = "chunked";
+      const bool is_chunked =
+          element.size() == chunked.size() &&
+          std::equal(element.begin(), element.end(), chunked.begin(),
+                     [](char a, char b) { return (a | 0x20) == b; });  // ASCII letters only
+      if (is_chunked) {
+        ++chunked_count;
+      } else {
+        others = true;
+      }
+    }
+    return !others;
+  }
 
   request_parser() {
     http_parser_init(&parser, HTTP_REQUEST);
@@ -95,6 +353,9 @@ struct request_parser {
         auto* self = static_cast<request_parser*>(p->data);
         ++self->begun;
         self->in_message = true;
+        self->transfer_codings.clear();
+        self->transfer_codings_cut = false;
+        self->in_field_value = true;  // the first field name begins a new field
         return 0;
       };
       // http-parser sets `upgrade` before this callback for CONNECT and for "Connection:
@@ -104,8 +365,41 @@ struct request_parser {
       // The Debian build of http-parser is not HTTP_PARSER_STRICT: it takes white space into a
       // header field name ("Host : x"), which RFC 9112 5.1 says a server MUST reject with 400.
       // A field name arrives in pieces, but white space in any piece is an error.
-      s.on_header_field = [](http_parser*, const char* at, std::size_t length) {
-        return std::string_view(at, length).find_first_of(" \t") == std::string_view::npos ? 0 : -1;
+      // The name is also matched against "transfer-encoding", piece by piece.
+      s.on_header_field = [](http_parser* p, const char* at, std::size_t length) {
+        const std::string_view piece(at, length);
+        if (piece.find_first_of(" \t") != std::string_view::npos) return -1;
+        auto* self = static_cast<request_parser*>(p->data);
+        if (self->in_field_value) {  // a new field
+          self->in_field_value = false;
+          self->transfer_encoding_matched = 0;
+        }
+        int& matched = self->transfer_encoding_matched;
+        for (const char c : piece) {
+          if (matched < 0) break;
+          if (std::size_t(matched) < transfer_encoding_name.size() &&
+              (c | 0x20) == transfer_encoding_name[std::size_t(matched)]) {
+            ++matched;
+          } else {
+            matched = -1;
+          }
+        }
+        return 0;
+      };
+      // Collects the Transfer-Encoding values (several field lines make one list, RFC 9110 5.3).
+      s.on_header_value = [](http_parser* p, const char* at, std::size_t length) {
+        auto* self = static_cast<request_parser*>(p->data);
+        const bool new_value = !self->in_field_value;
+        self->in_field_value = true;
+        if (self->transfer_encoding_matched != int(transfer_encoding_name.size())) return 0;
+        std::string& codings = self->transfer_codings;
+        if (new_value && !codings.empty()) codings.push_back(',');
+        if (codings.size() + length > max_transfer_codings_size) {
+          self->transfer_codings_cut = true;
+          return 0;
+        }
+        codings.append(at, length);
+        return 0;
       };
       s.on_headers_complete = [](http_parser* p) {
         // HTTP/9.9 parses too: only HTTP/1.x is spoken here (RFC 9110 15.6.6).
@@ -113,8 +407,34 @@ struct request_parser {
           static_cast<request_parser*>(p->data)->unsupported_version = true;
           return -1;
         }
-        if (p->upgrade == 0) return 0;
-        static_cast<request_parser*>(p->data)->refused = true;
+        auto* self = static_cast<request_parser*>(p->data);
+        if (p->upgrade == 0 && p->uses_transfer_encoding) {
+          // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message means faulty framing: 400.
+          if (p->http_minor == 0) return -1;
+          // The parser checks only that the final coding is chunked: it refuses the request after
+          // this callback otherwise (400, as RFC 9112 6.3 says). Another coding before a final
+          // chunked ("gzip, chunked") this server does not decode: 501 (6.1: SHOULD). Chunked
+          // twice (6.1: MUST NOT): 400.
+          if ((p->flags & F_CHUNKED) != 0) {
+            int chunked_count = 0;
+            if (self->transfer_codings_cut ||
+                !only_chunked(self->transfer_codings, chunked_count)) {
+              self->refused = true;
+              return -1;
+            }
+            if (chunked_count > 1) return -1;
+          }
+        }
+        if (p->upgrade == 0) {
+          // For strict_framing: no Content-Length reads as all ones. (Content-Length with
+          // Transfer-Encoding the parser refuses before this callback, a Transfer-Encoding whose
+          // final coding is not chunked after it: no body follows either.)
+          self->body_chunked = (p->flags & F_CHUNKED) != 0;
+          self->body_length =
+              p->content_length == std::numeric_limits<std::uint64_t>::max() ? 0 : p->content_length;
+          return 0;
+        }
+        self->refused = true;
         return -1;
       };
       s.on_message_complete = [](http_parser* p) {
@@ -131,12 +451,29 @@ struct request_parser {
     }();
     return table;
   }
+  // The parser sees the bytes strict_framing passed, up to the end of a header section at a time
+  // (the body's framing comes from the parser), and none past a byte it rejects: the requests
+  // before that byte are answered, the one holding it never completes.
   parse_result feed(const char* data, std::size_t size) {
-    const std::size_t parsed = http_parser_execute(&parser, &settings(), data, size);
-    if (close_after) return parse_result::closing;
-    if (refused) return parse_result::refused;
-    if (unsupported_version) return parse_result::unsupported_version;
-    if (HTTP_PARSER_ERRNO(&parser) != HPE_OK || parsed != size) return parse_result::malformed;
+    while (size > 0) {
+      const strict_framing::scan_result scanned = framing.scan(data, size);
+      // (never 0 bytes: that would tell http-parser the stream ended)
+      if (scanned.length > 0) {
+        const std::size_t parsed = http_parser_execute(&parser, &settings(), data, scanned.length);
+        if (close_after) return parse_result::closing;
+        if (refused) return parse_result::refused;
+        if (unsupported_version) return parse_result::unsupported_version;
+        if (HTTP_PARSER_ERRNO(&parser) != HPE_OK || parsed != scanned.length) {
+          return parse_result::malformed;
+        }
+      }
+      if (scanned.reason == strict_framing::stop::invalid) return parse_result::malformed;
+      if (scanned.reason == strict_framing::stop::header_section_end) {
+        framing.begin_body(body_chunked, body_length);
+      }
+      data += scanned.length;
+      size -= scanned.length;
+    }
     return parse_result::more;
   }
 };

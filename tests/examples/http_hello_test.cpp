@@ -1026,4 +1026,230 @@ TEST_P(HttpHello, LenientParserLeniencyIsRejected) {
   EXPECT_EQ(fresh_get(server_), hello_response);
 }
 
+
+// 11-17. What the lenient Debian http-parser build takes and RFC 9112 rejects: each request gets
+// "400 Bad Request" and the close (the answer is read, then the end of the stream awaited), on a
+// fresh connection per request; a GET on a new connection is still answered afterwards.
+void expect_each_rejected(const server_process& server,
+                          const std::vector<std::pair<const char*, std::string>>& requests) {
+  for (const auto& [what, request] : requests) {
+    SCOPED_TRACE(what);
+    const int fd = server.try_connect();
+    ASSERT_GE(fd, 0);
+    fd_closer closer{fd};
+    send_all(fd, request);
+    EXPECT_EQ(receive(fd, bad_request_response.size(), 5s), bad_request_response);
+    std::string extra;
+    EXPECT_EQ(wait_for_close(fd, 5s, &extra), ending::closed) << extra;
+  }
+  EXPECT_EQ(fresh_get(server), hello_response);
+}
+
+// A chunked POST: `chunks` is the body as sent (chunk lines, data, last chunk, trailers, end).
+std::string chunked_post(std::string_view chunks) {
+  return "POST /c HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n" + std::string(chunks);
+}
+
+// 11. Obsolete line folding (a field line beginning with SP or HTAB, RFC 9112 5.2): 400, in the
+// header section and in a chunked message's trailer section alike.
+TEST_P(HttpHello, ObsoleteLineFoldingGets400) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"folded with a space", "GET / HTTP/1.1\r\nHost: test\r\nX-A: a\r\n b\r\n\r\n"},
+      {"folded with a tab", "GET / HTTP/1.1\r\nHost: test\r\nX-A: a\r\n\tb\r\n\r\n"},
+      {"white space before the first field line", "GET / HTTP/1.1\r\n Host: test\r\n\r\n"},
+      {"folded trailer", chunked_post("0\r\nX-T: a\r\n b\r\n\r\n")},
+  });
+}
+
+// 12. Bare LF (and bare CR) as a line terminator: 400 wherever a line ends (request line, field
+// line, the empty line, a chunk line, after chunk data, between pipelined requests).
+TEST_P(HttpHello, BareLineFeedGets400) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"after the request line", "GET / HTTP/1.1\nHost: test\r\n\r\n"},
+      {"after a field line", "GET / HTTP/1.1\r\nHost: test\n\r\n"},
+      {"as the empty line", "GET / HTTP/1.1\r\nHost: test\r\n\n"},
+      {"everywhere", "GET / HTTP/1.1\nHost: test\n\n"},
+      {"after a chunk size", chunked_post("3\nabc\r\n0\r\n\r\n")},
+      {"after chunk data", chunked_post("3\r\nabc\n0\r\n\r\n")},
+      {"after the trailer section", chunked_post("0\r\n\n")},
+      {"bare CR in a field value", "GET / HTTP/1.1\r\nHost: te\rst\r\n\r\n"},
+      {"bare CR ending the header section", "GET / HTTP/1.1\r\nHost: test\r\n\rX"},
+  });
+  // Between pipelined requests: the one before is answered, then the 400.
+  const int fd = server_.try_connect();
+  ASSERT_GE(fd, 0);
+  fd_closer closer{fd};
+  ASSERT_TRUE(send_all(fd, std::string(get_request) + "\n" + std::string(get_request)));
+  const std::string expected = std::string(hello_response) + std::string(bad_request_response);
+  EXPECT_EQ(receive(fd, expected.size(), 5s), expected);
+  EXPECT_EQ(wait_for_close(fd, 5s), ending::closed);
+}
+
+// 13. Chunk framing (RFC 9112 7.1): chunk data must be followed by CRLF, and a chunk size by
+// nothing but a chunk extension (";" after optional white space) and CRLF.
+TEST_P(HttpHello, BadChunkFramingGets400) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"data followed by other bytes", chunked_post("3\r\nabcXY0\r\n\r\n")},
+      {"data followed by CR and another byte", chunked_post("3\r\nabc\rX0\r\n\r\n")},
+      {"data longer than its size", chunked_post("3\r\nabcd\r\n0\r\n\r\n")},
+      {"junk after the size", chunked_post("3 junk\r\nabc\r\n0\r\n\r\n")},
+      {"bare CR after the size", chunked_post("3\rabc\r\n0\r\n\r\n")},
+      {"control character in an extension", chunked_post("3;a\x01\r\nabc\r\n0\r\n\r\n")},
+  });
+  // Extensions (with white space before the ";") are allowed, and so is any byte in chunk data.
+  const int fd = server_.try_connect();
+  ASSERT_GE(fd, 0);
+  fd_closer closer{fd};
+  ASSERT_TRUE(send_all(fd, chunked_post("3;a=b\r\nabc\r\n4 ;x\r\n\n \r\n\r\n0\r\nX-T: t\r\n\r\n")));
+  EXPECT_EQ(receive(fd, hello_response.size(), 5s), hello_response);
+}
+
+// 14. Content-Length together with Transfer-Encoding (RFC 9112 6.1: request smuggling) gets 400,
+// whichever comes first.
+TEST_P(HttpHello, ContentLengthWithTransferEncodingGets400) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"Content-Length first",
+       "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+       "0\r\n\r\n"},
+      {"Transfer-Encoding first",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+       "0\r\n\r\n"},
+  });
+}
+
+// 15. More than one Content-Length (RFC 9112 6.3: differing values are unrecoverable; equal ones
+// may be rejected too) or a list of them gets 400.
+TEST_P(HttpHello, MultipleContentLengthsGet400) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"differing", "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"},
+      {"equal", "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"},
+      {"a list", "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3, 3\r\n\r\nabc"},
+  });
+}
+
+// 16. Control characters (NUL, other C0 but HTAB, DEL) in a field value or name (RFC 9110 5.5).
+TEST_P(HttpHello, ControlCharactersInFieldsGet400) {
+  using namespace std::string_literals;  // "..."s keeps the NUL
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"NUL in a value", "GET / HTTP/1.1\r\nHost: test\r\nX-A: a\0b\r\n\r\n"s},
+      {"SOH in a value", "GET / HTTP/1.1\r\nHost: test\r\nX-A: a\x01z\r\n\r\n"},
+      {"ESC in a value", "GET / HTTP/1.1\r\nHost: test\r\nX-A: a\x1bz\r\n\r\n"},
+      {"DEL in a value", "GET / HTTP/1.1\r\nHost: test\r\nX-A: a\x7fz\r\n\r\n"},
+      {"NUL in a name", "GET / HTTP/1.1\r\nHost: test\r\nX\0A: a\r\n\r\n"s},
+      {"NUL in the target", "GET /a\0b HTTP/1.1\r\nHost: test\r\n\r\n"s},
+  });
+}
+
+// 17. A Transfer-Encoding whose final coding is not chunked: the body length cannot be known, so
+// RFC 9112 6.3 says 400 and close.
+TEST_P(HttpHello, TransferCodingNotEndingInChunkedGets400) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"gzip", "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\nabc"},
+      {"chunked, gzip", "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, gzip\r\n\r\nabc"},
+      {"identity", "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: identity\r\n\r\nabc"},
+  });
+}
+
+// 19. A transfer coding other than chunked before the final chunked one ("gzip, chunked"), which
+// this server does not decode: "501 Not Implemented" and the close (RFC 9112 6.1: SHOULD), also
+// when the codings come in two field lines; chunked applied twice (6.1: MUST NOT) gets 400.
+TEST_P(HttpHello, TransferCodingOtherThanChunkedGets501) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  constexpr std::string_view not_implemented =
+      "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  const std::vector<std::tuple<const char*, std::string, std::string_view>> refused = {
+      {"gzip, chunked",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+       not_implemented},
+      {"two field lines",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n\r\n"
+       "0\r\n\r\n",
+       not_implemented},
+      {"after an empty field",
+       "POST / HTTP/1.1\r\nHost: t\r\nX-Empty:\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+       "0\r\n\r\n",
+       not_implemented},
+      {"a list too long to hold",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: " + repeat("chunked, ", 40) +
+           "chunked\r\n\r\n0\r\n\r\n",
+       not_implemented},
+      {"chunked twice",
+       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+       bad_request_response},
+  };
+  for (const auto& [what, request, answer] : refused) {
+    SCOPED_TRACE(what);
+    const int fd = server_.try_connect();
+    ASSERT_GE(fd, 0);
+    fd_closer closer{fd};
+    send_all(fd, request);
+    EXPECT_EQ(receive(fd, answer.size(), 5s), answer);
+    std::string extra;
+    EXPECT_EQ(wait_for_close(fd, 5s, &extra), ending::closed) << extra;
+  }
+  // Chunked alone, in any case, is fine.
+  const int fd = server_.try_connect();
+  ASSERT_GE(fd, 0);
+  fd_closer closer{fd};
+  ASSERT_TRUE(send_all(fd, "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: CHUNKED\r\n\r\n"
+                           "0\r\n\r\n"));
+  EXPECT_EQ(receive(fd, hello_response.size(), 5s), hello_response);
+}
+
+// 20. Transfer-Encoding in an HTTP/1.0 request: RFC 9112 6.1 says to treat the framing as faulty
+// (1.0 has no chunked coding) and close: 400.
+TEST_P(HttpHello, TransferEncodingInHttp10Gets400) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"chunked", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"with keep-alive",
+       "POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+  });
+}
+
+// 18. The strict checks see the bytes as they arrive: a valid pipeline (a chunked request with an
+// extension and a trailer, a body holding LF and leading white space, a GET) written in two
+// pieces split at every byte position is answered in full on one keep-alive connection; a
+// rejected request (folded header, bad chunk terminator) split at every position gets 400.
+TEST_P(HttpHello, StrictChecksHoldAtEverySplit) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  const std::string valid = chunked_post("3;e=1\r\nabc\r\n2\r\n\n \r\n0\r\nX-T: t\r\n\r\n") +
+                            "POST /b HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\n\r\n\n x\r\n" +
+                            std::string(get_request);
+  const std::string answers = repeat(hello_response, 3);
+  {
+    const int fd = server_.try_connect();
+    ASSERT_GE(fd, 0);
+    fd_closer closer{fd};
+    for (std::size_t split = 1; split < valid.size(); ++split) {
+      SCOPED_TRACE("valid, split at " + std::to_string(split));
+      ASSERT_TRUE(send_all(fd, std::string_view(valid).substr(0, split)));
+      ASSERT_TRUE(send_all(fd, std::string_view(valid).substr(split)));
+      ASSERT_EQ(receive(fd, answers.size(), 5s), answers);
+    }
+  }
+  for (const std::string& rejected :
+       {std::string("GET / HTTP/1.1\r\nHost: test\r\nX-A: a\r\n b\r\n\r\n"),
+        chunked_post("3\r\nabcXY0\r\n\r\n")}) {
+    for (std::size_t split = 1; split < rejected.size(); ++split) {
+      SCOPED_TRACE("rejected " + rejected + ", split at " + std::to_string(split));
+      const int fd = server_.try_connect();
+      ASSERT_GE(fd, 0);
+      fd_closer closer{fd};
+      send_all(fd, std::string_view(rejected).substr(0, split));
+      send_all(fd, std::string_view(rejected).substr(split));
+      EXPECT_EQ(receive(fd, bad_request_response.size(), 5s), bad_request_response);
+      EXPECT_EQ(wait_for_close(fd, 5s), ending::closed);
+    }
+  }
+  EXPECT_EQ(fresh_get(server_), hello_response);
+}
+
 }  // namespace
