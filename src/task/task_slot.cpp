@@ -1,107 +1,130 @@
-// task_slot: turns and occupants. The design is in include/spindle/task/task_slot.hpp.
+// task_slot: the slot's queue and the turn await. The design is in
+// include/spindle/task/task_slot.hpp.
 #include "spindle/task/task_slot.hpp"
-
-#include <algorithm>
 
 namespace spindle {
 namespace detail {
 
-void slot_turn::link_next(const std::shared_ptr<slot_turn>& next) noexcept {
-  std::lock_guard guard(mutex_);
-  if (ended_) {
-    next->mark_predecessor_ended();  // not yet shared with anyone: no lock needed
-  } else {
-    next_ = next;
-  }
-}
-
-void slot_turn::occupant_completed() noexcept {
-  bool ends = false;
+void slot_queue::push(spawned_task_base* newest) noexcept {
+  spawned_task_base* holder = nullptr;
+  spawned_task_base* replaced = nullptr;
+  bool replaced_was_waiting = false;
   {
     std::lock_guard guard(mutex_);
-    occupant_done_ = true;
-    ends = predecessor_ended_;
+    // References: once we unlock, either may complete and leave the queue at any moment.
+    if (holder_ != nullptr) {
+      holder = holder_;
+      holder->add_reference();
+    }
+    if (queued_ != nullptr) {
+      replaced = queued_;
+      replaced->add_reference();
+      if (turn_awaiter* waiting = std::exchange(waiting_, nullptr)) {
+        waiting->verdict_ = turn_awaiter::verdict::replaced;  // we took it out: we wake it
+        replaced_was_waiting = true;
+      }
+    }
+    queued_ = newest;
   }
-  if (ends) end_turns_from(shared_from_this());
+  // Outside the lock: a task's lock comes before the queue's (try_cancel takes the latter).
+  if (holder != nullptr) {
+    holder->request_cancel();  // interrupts its body's wait; its clean-ups still run
+    holder->release();
+  }
+  if (replaced != nullptr) {
+    // Never ran its body: cancelled, it ends at once (before it starts, or in its turn await).
+    replaced->request_cancel();  // finds the await withdrawn already: no second wake
+    if (replaced_was_waiting) replaced->wake();
+    replaced->release();
+  }
 }
 
-void slot_turn::end_turns_from(std::shared_ptr<slot_turn> turn) noexcept {
-  while (turn) {
-    std::shared_ptr<slot_turn> next;
-    {
-      std::lock_guard guard(turn->mutex_);
-      turn->ended_ = true;
-      next = std::move(turn->next_);
-    }
-    if (!next) return;
-    spawned_task_base* waiter = nullptr;
-    bool next_ends = false;
-    {
-      std::lock_guard guard(next->mutex_);
-      next->predecessor_ended_ = true;
-      waiter = std::exchange(next->waiter_, nullptr);
-      next_ends = next->occupant_done_;
-    }
-    if (waiter != nullptr) waiter->wake();  // outside the lock: scheduling takes no turn lock
-    turn = next_ends ? std::move(next) : nullptr;
-  }
-}
-
-bool slot_turn::awaiter::await_ready() noexcept {
+void slot_queue::occupant_completed(spawned_task_base* occupant) noexcept {
+  spawned_task_base* given = nullptr;
   {
-    std::lock_guard guard(turn_.mutex_);
-    if (!turn_.predecessor_ended_) return false;
+    std::lock_guard guard(mutex_);
+    if (queued_ == occupant) {
+      // Ended without the turn (cancelled through its handle). Not waiting: a task completes
+      // only once it left its await (an abandoned one withdrew in the awaiter's destructor).
+      queued_ = nullptr;
+    } else if (holder_ == occupant) {
+      holder_ = nullptr;
+      if (turn_awaiter* waiting = std::exchange(waiting_, nullptr)) {
+        waiting->verdict_ = turn_awaiter::verdict::given;
+        holder_ = given = std::exchange(queued_, nullptr);
+      }
+      // Else the queued occupant (if any) takes the free turn when it reaches its await.
+    }
+    // Else it was replaced before it got the turn: no longer in the queue.
   }
-  // Ended: go on at once, unless the cooperative budget is used up (await_suspend yields).
-  return cooperative_await::may_complete_inline();
+  // Outside the lock (waking is scheduling). Alive: suspended, and no one else may wake it.
+  if (given != nullptr) given->wake();
 }
 
-bool slot_turn::awaiter::await_suspend(std::coroutine_handle<> h) {
+std::size_t slot_queue::occupants() const {
+  std::lock_guard guard(mutex_);
+  return std::size_t(holder_ != nullptr) + std::size_t(queued_ != nullptr);
+}
+
+// --- the turn await ----------------------------------------------------------------------------
+
+bool slot_queue::turn_awaiter::await_suspend(std::coroutine_handle<> h) {
   spawned_task_base* t = spawned_task_base::current();
   if (t == nullptr) throw usage_error("spindle: a slot's occupant must be a spawned task");
   t->set_resume_point(h);
+  if (!t->begin_registration()) {
+    verdict_ = verdict::cancelled;  // cancelled already: do not wait, await_resume throws
+    return false;
+  }
+  verdict decided = verdict::none;  // none: we wait (read after the unlock: no shared field)
   {
-    std::lock_guard guard(turn_.mutex_);
-    if (!turn_.predecessor_ended_) {
-      turn_.waiter_ = t;
-      waiting_ = true;  // under the lock: the waker cannot wake us before this is written
-      return true;
+    std::lock_guard guard(queue_.mutex_);
+    if (queue_.queued_ != t) {
+      decided = verdict::replaced;  // a newer occupant came before we got here
+    } else if (queue_.holder_ == nullptr) {
+      queue_.holder_ = t;  // the turn is free: ours
+      queue_.queued_ = nullptr;
+      decided = verdict::given;
+    } else {
+      task_ = t;  // before anyone can take us out: under the queue lock
+      queue_.waiting_ = this;
     }
   }
-  // Ended: the yield (budget used up, C6) comes after the unlock, as the task may resume at once.
-  return cooperative_await::yield_if_exhausted(*t, h);
+  if (decided != verdict::none) {
+    verdict_ = decided;
+    t->end_registration(nullptr);
+    if (decided != verdict::given) return false;  // await_resume throws
+    return cooperative_await::complete_inline(*t, h);  // the turn was free (C6: may yield)
+  }
+  // Whoever takes us out wakes us; the resumed task blocks in clear_wait (await_resume) until
+  // this releases the task lock, so nothing here races with the rest of the coroutine.
+  t->end_registration(this);
+  return true;
 }
 
-slot_turn::awaiter::~awaiter() {
-  // Destroyed while suspended: the task was abandoned at shutdown; the turn must not wake it.
-  if (!waiting_) return;
-  std::lock_guard guard(turn_.mutex_);
-  turn_.waiter_ = nullptr;  // only this turn's occupant ever waits on it
+void slot_queue::turn_awaiter::await_resume() {
+  if (task_ != nullptr) {
+    task_->clear_wait();  // the task lock orders whoever took us out (and verdict_) before us
+    task_ = nullptr;
+  }
+  if (verdict_ != verdict::given) throw task_cancelled();
+}
+
+bool slot_queue::turn_awaiter::try_cancel() noexcept {
+  // The canceller holds the task lock (S3): we are registered, or were just taken out.
+  std::lock_guard guard(queue_.mutex_);
+  if (queue_.waiting_ != this) return false;  // given or replaced: that one wakes us
+  queue_.waiting_ = nullptr;  // still queued_: its completion hook clears that
+  verdict_ = verdict::cancelled;
+  return true;
+}
+
+slot_queue::turn_awaiter::~turn_awaiter() {
+  // Destroyed while registered: the task was abandoned at shutdown; nobody may wake it now.
+  if (task_ == nullptr) return;
+  std::lock_guard guard(queue_.mutex_);
+  if (queue_.waiting_ == this) queue_.waiting_ = nullptr;
 }
 
 }  // namespace detail
-
-task_slot::~task_slot() {
-  std::lock_guard guard(mutex_);
-  for (detail::spawned_task_base* t : occupants_) t->release();
-  occupants_.clear();
-}
-
-std::size_t task_slot::occupants() const {
-  std::lock_guard guard(mutex_);
-  return std::size_t(std::count_if(occupants_.begin(), occupants_.end(),
-                                   [](detail::spawned_task_base* t) { return !t->is_complete(); }));
-}
-
-void task_slot::replace_occupants_locked(detail::spawned_task_base* newest) {
-  std::erase_if(occupants_, [](detail::spawned_task_base* t) {
-    if (!t->is_complete()) return false;
-    t->release();
-    return true;
-  });
-  for (detail::spawned_task_base* t : occupants_) t->request_cancel();
-  newest->add_reference();
-  occupants_.push_back(newest);  // capacity reserved by submit: cannot throw
-}
-
 }  // namespace spindle

@@ -223,7 +223,7 @@ inline spawned_task_base* spawned_task_base::current() noexcept { return current
 //     await, T3, whether or not that await would have waited);
 //   - await_suspend: the usual registration first (in an await that is a cancellation point,
 //     begin_registration delivers a pending cancellation: nothing is taken, the await throws
-//     task_cancelled; a slot's turn and the structured-cleanup join are no cancellation points).
+//     task_cancelled; the structured-cleanup join is no cancellation point).
 //     If the operation then completes at once (the resource is taken, the value received), it
 //     returns `cooperative_await::yield_if_exhausted(task, h)`: with the budget used up the task is
 //     rescheduled with the yield hint, behind whatever its executor has queued, and resumes in

@@ -10,7 +10,7 @@
 
 namespace spindle::detail {
 
-// Something to do when a task completes (task_slot's turn, a name's release).
+// Something to do when a task completes (leaving a task_slot's queue, a name's release).
 class completion_hook {
  public:
   virtual ~completion_hook() = default;
