@@ -9,6 +9,7 @@ void slot_queue::push(spawned_task_base* newest) noexcept {
   spawned_task_base* holder = nullptr;
   spawned_task_base* replaced = nullptr;
   bool replaced_was_waiting = false;
+  task_host::entry replaced_entry = task_host::entry::own_thread;
   {
     std::lock_guard guard(mutex_);
     // References: once we unlock, either may complete and leave the queue at any moment.
@@ -20,8 +21,12 @@ void slot_queue::push(spawned_task_base* newest) noexcept {
       replaced = queued_;
       replaced->add_reference();
       if (turn_awaiter* waiting = std::exchange(waiting_, nullptr)) {
-        waiting->verdict_ = turn_awaiter::verdict::replaced;  // we took it out: we wake it
-        replaced_was_waiting = true;
+        // We take it out, so we wake it: from a thread outside its host that wake must not meet
+        // the host's shutdown (the gate, core/outside_gate.hpp). Entered here, where the waiting
+        // task is alive; refused: the shutdown ends it, we do not wake it.
+        replaced_entry = replaced->host().enter();
+        waiting->verdict_ = turn_awaiter::verdict::replaced;
+        replaced_was_waiting = replaced_entry != task_host::entry::refused;
       }
     }
     queued_ = newest;
@@ -34,8 +39,10 @@ void slot_queue::push(spawned_task_base* newest) noexcept {
   if (replaced != nullptr) {
     // Never ran its body: cancelled, it ends at once (before it starts, or in its turn await).
     replaced->request_cancel();  // finds the await withdrawn already: no second wake
+    task_host& host = replaced->host();
     if (replaced_was_waiting) replaced->wake();
     replaced->release();
+    if (replaced_entry == task_host::entry::entered) host.leave();  // alive: its drain waits
   }
 }
 
