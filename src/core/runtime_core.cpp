@@ -87,8 +87,9 @@ worker_thread::worker_thread(std::size_t stack_size, std::function<void()> body)
     error = pthread_create(
         &thread_, &attributes,
         [](void* argument) -> void* {
-          std::unique_ptr<std::function<void()>> run(static_cast<std::function<void()>*>(argument));
-          (*run)();
+          using body_type = std::function<void()>;
+          const std::unique_ptr<body_type> run(static_cast<body_type*>(argument));
+          (*run)();  // worker bodies catch what they must: an escaping exception terminates
           return nullptr;
         },
         owned.get());

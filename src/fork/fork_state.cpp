@@ -69,6 +69,11 @@ std::uint32_t pick_idle_executor(fork_thread_state* state) noexcept {
   return load(a) <= load(b) ? a : b;
 }
 
+// A computation's token as an offer board tag.
+core::offer_board::tag_type board_tag(const void* computation) noexcept {
+  return reinterpret_cast<core::offer_board::tag_type>(computation);
+}
+
 struct promotion {
   std::uint32_t published = 0;
   bool latent_left = false;  // a latent frame is still registered (a later ping may offer it)
@@ -103,7 +108,7 @@ promotion promote_frames(fork_thread_state* state, latent_frame** top) noexcept 
     work->owner_parker = &self.parker();
     work->computation = computation_token(state);
     // has_room: cannot fail (only we fill slots).
-    work->slot = self.offers().publish(work, work->computation);
+    work->slot = self.offers().publish(work, board_tag(work->computation));
     // release (signal fence): the work's fields before `published` (read by the owner).
     std::atomic_signal_fence(std::memory_order_release);
     frame->published.store(work, std::memory_order_relaxed);  // relaxed: see "Pings"
@@ -264,7 +269,7 @@ bool begin_slice(fork_thread_state* state) noexcept {
 bool republish(fork_thread_state* state, delegated_work* work) noexcept {
   core::executor& self = *state->executor;
   mask_pings(state);  // publish is owner-only: a ping must not publish in between
-  const std::uint32_t slot = self.offers().publish(work, work->computation);
+  const std::uint32_t slot = self.offers().publish(work, board_tag(work->computation));
   unmask_pings(state);
   // (work->slot keeps the owner's old slot: only the owner's withdraw reads it, and the owner
   // tried that before this piece was ever taken; writing it here would race with that read.)
@@ -291,31 +296,33 @@ core::runnable* find_published_work(fork_thread_state* state, delegated_work* aw
   core::executor& self = *state->executor;
   core::runtime_core& core = self.core();
   const void* const computation = awaited->computation;  // ours: in our own frame
+  const core::offer_board::tag_type tag = board_tag(computation);
   // relaxed: a hint of where to look; the board's CAS synchronises.
   const std::uint32_t thief = awaited->thief.load(std::memory_order_relaxed);
   const std::uint32_t count = core.executor_count();
   core::runnable* found = nullptr;
-  if (thief < count) found = core.executor_at(thief).offers().take_tagged(computation);
-  if (found == nullptr) found = self.offers().take_tagged(computation);
+  if (thief < count) found = core.executor_at(thief).offers().take_tagged(tag);
+  if (found == nullptr) found = self.offers().take_tagged(tag);
   if (found == nullptr) {
     const std::uint32_t start = next_random(state) % count;
     for (std::uint32_t i = 0; i < count && found == nullptr; ++i) {
       const std::uint32_t victim = (start + i) % count;
       if (victim == thief || victim == self.index()) continue;
-      found = core.executor_at(victim).offers().take_tagged(computation);
+      found = core.executor_at(victim).offers().take_tagged(tag);
     }
   }
   if (found == nullptr) return nullptr;
-  // Ours now (B1), so its fields are safe to read. Its tag matched, but under ABA (offer_board.hpp,
-  // "Tags": its slot emptied and refilled with the same pointer between our reads) it may belong
-  // to another computation: never run that here; offer it again from our own board, where its
-  // owner (who waits for it and helps with its computation) or an idle executor takes it.
+  // Ours now (B1), so its fields are safe to read. Its tag matched, but under ABA
+  // (offer_board.hpp, "Tags": its slot emptied and refilled with the same pointer between our
+  // reads) it may belong to another computation: never run that here; offer it again from our
+  // own board, where its owner (who waits for it, helping with its computation) or an idle
+  // executor takes it.
   auto* piece = static_cast<delegated_work*>(found);
-  if (piece->computation == computation || republish(state, piece)) {
-    return piece->computation == computation ? piece : nullptr;
-  }
+  if (piece->computation == computation) return piece;
+  if (republish(state, piece)) return nullptr;
   // Our board is full as well (eight of our own pieces on it, all untaken): running it is the
-  // only way left to make progress. Needs both an ABA inside a few instructions and a full board.
+  // only way left to make progress. Needs both an ABA inside a few instructions and a full
+  // board.
   return piece;
 }
 

@@ -1,6 +1,6 @@
 // Depth (issue 14, item 5; F1 says "nested to any depth"): a fork_join recursion 10^5 levels
-// deep completes on a worker whose stack `runtime_options::worker_stack_size` makes large enough,
-// entered from a task and from a plain thread (run_on: it runs on a worker, whatever the plain
+// deep completes on a worker whose stack `runtime_options::worker_stack_size` makes large
+// enough, entered from a task and from a plain thread (run_on: it runs on a worker, whatever the plain
 // thread's own stack); the option is validated and really applied to the worker threads.
 // Before the option existed workers had 8 MiB and a fork_join level cost 160-192 bytes: such a
 // recursion overflowed the stack at about 43,000 levels (SIGSEGV).
@@ -28,13 +28,14 @@ constexpr std::size_t mebibytes = std::size_t(1) << 20;
 // returns the depth reached.
 int descend(int levels) {
   if (levels == 0) return 0;
-  auto [below, one] = spindle::fork_join([levels] { return descend(levels - 1); }, [] { return 1; });
+  auto [below, one] =
+      spindle::fork_join([levels] { return descend(levels - 1); }, [] { return 1; });
   return below + one;
 }
 
 // TSan keeps a shadow call stack of 64 Ki frames per thread (the C++ runtime does not grow it):
 // deeper recursions overrun it whatever the native stack. Under TSan the chain is shorter.
-constexpr int deep_levels = under_tsan ? 12'000 : 100'000;
+constexpr int deep_levels = under_tsan ? 40'000 : 100'000;
 
 class ForkJoinDepth : public ::testing::TestWithParam<std::chrono::nanoseconds> {};
 

@@ -40,15 +40,18 @@ class basic_offer_board {
   static constexpr std::uint32_t slot_count = SlotCount;
   static constexpr std::uint32_t no_slot = ~std::uint32_t(0);
 
+  // An opaque tag (see "Tags"): an integer, so that the model's atomics (tests/model) hold it.
+  using tag_type = std::uintptr_t;
+
   basic_offer_board() noexcept {
     for (auto& slot : slots_) slot.store(nullptr, std::memory_order_relaxed);  // not shared yet
-    for (auto& tag : tags_) tag.store(nullptr, std::memory_order_relaxed);     // not shared yet
+    for (auto& tag : tags_) tag.store(0, std::memory_order_relaxed);           // not shared yet
     published_.store(0, std::memory_order_relaxed);
   }
 
   // Owner. Puts `item` on the board with `tag` (see "Tags"); returns its slot, or no_slot when
   // the board is full.
-  std::uint32_t publish(runnable* item, const void* tag = nullptr) noexcept {
+  std::uint32_t publish(runnable* item, tag_type tag = 0) noexcept {
     for (std::uint32_t i = 0; i < SlotCount; ++i) {
       // relaxed: only the owner stores non-null values (B2), so a null seen here stays null
       // until we store; thieves only ever turn slots to null.
@@ -110,7 +113,7 @@ class basic_offer_board {
 
   // Any thread but the owner. Like take(), but only an item published with `tag` (see "Tags":
   // under ABA the item may belong to a later publication with another tag).
-  runnable* take_tagged(const void* tag) noexcept {
+  runnable* take_tagged(tag_type tag) noexcept {
     // relaxed: a hint, as in take().
     if (published_.load(std::memory_order_relaxed) == 0) return nullptr;
     for (std::uint32_t i = 0; i < SlotCount; ++i) {
@@ -136,7 +139,7 @@ class basic_offer_board {
 
  private:
   typename Atomics::template atomic<runnable*> slots_[SlotCount];
-  typename Atomics::template atomic<const void*> tags_[SlotCount];  // see "Tags"
+  typename Atomics::template atomic<tag_type> tags_[SlotCount];  // see "Tags"
   typename Atomics::template atomic<std::uint32_t> published_;
 };
 

@@ -102,7 +102,9 @@
 //
 // Bounded memory (F5): latent frames live in the C++ frames of the computation itself; at most
 // `frame_capacity` of them per thread are registered (deeper forks run serially), at most the
-// board's slot count are published per executor, and help nesting is bounded.
+// board's slot count are published per executor, and help nesting is bounded. A fork_join's
+// delegated work lives in the thread's work slot of its frame's stack slot (`work_slot`), so a
+// recursion level pays only the frame's few pointers of native stack (fork-join.md, "Depth").
 #pragma once
 
 #include <atomic>
