@@ -132,12 +132,12 @@ struct runtime_options {
   // Time source; null means the steady clock. Must outlive the runtime.
   spindle::clock* clock = nullptr;
   // Native stack of each worker thread, in bytes (pthread_attr_setstacksize). Fork-join runs on
-  // it (fork-join.md, "Depth"): each fork_join level costs a few tens of bytes (about 100 with
-  // the user's own frames; sanitizers several times more), so the default 8 MiB holds roughly
-  // 80,000 levels of a simple recursion; deeper computations need a larger stack. The memory is
-  // reserved, not committed: pages are touched only as deep as the recursion goes. 0 means
-  // `default_worker_stack_size`. Refused (usage_error): below `min_worker_stack_size`, or above
-  // 64 GiB.
+  // it (fork-join.md, "Depth"): a fork_join level of a one-line recursion costs 112 bytes
+  // (g++ -O2; more with bigger user frames, several times more under sanitizers), so the default
+  // 8 MiB holds about 74,000 such levels; deeper computations need a larger stack. The memory
+  // is reserved, not committed: pages are touched only as deep as the recursion goes. 0 means
+  // `default_worker_stack_size` (fixed, whatever `ulimit -s` says). Refused (usage_error): below
+  // `min_worker_stack_size`, or above 64 GiB.
   static constexpr std::size_t default_worker_stack_size = std::size_t(8) << 20;
   static constexpr std::size_t min_worker_stack_size = std::size_t(256) << 10;
   std::size_t worker_stack_size = 0;
