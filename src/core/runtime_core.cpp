@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "spindle/core/errors.hpp"
@@ -51,6 +53,13 @@ runtime_options validated(runtime_options options) {
   if (options.standby_first.count() < 0 || options.standby_longest < options.standby_first) {
     throw usage_error("spindle: standby_longest must be at least standby_first (>= 0)");
   }
+  if (options.worker_stack_size == 0) {
+    options.worker_stack_size = runtime_options::default_worker_stack_size;
+  }
+  if (options.worker_stack_size < runtime_options::min_worker_stack_size ||
+      options.worker_stack_size > (std::size_t(64) << 30)) {
+    throw usage_error("spindle: worker_stack_size must be 0 (default) or in [256 KiB, 64 GiB]");
+  }
   if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
     throw usage_error("spindle: fairness intervals must be at least 1");
   }
@@ -66,6 +75,49 @@ runtime_options validated(runtime_options options) {
 }
 
 }  // namespace
+
+worker_thread::worker_thread(std::size_t stack_size, std::function<void()> body) {
+  pthread_attr_t attributes;
+  if (int error = pthread_attr_init(&attributes); error != 0) {
+    throw std::system_error(error, std::generic_category(), "spindle: pthread_attr_init");
+  }
+  auto owned = std::make_unique<std::function<void()>>(std::move(body));
+  int error = pthread_attr_setstacksize(&attributes, stack_size);
+  if (error == 0) {
+    error = pthread_create(
+        &thread_, &attributes,
+        [](void* argument) -> void* {
+          using body_type = std::function<void()>;
+          const std::unique_ptr<body_type> run(static_cast<body_type*>(argument));
+          (*run)();  // worker bodies catch what they must: an escaping exception terminates
+          return nullptr;
+        },
+        owned.get());
+  }
+  pthread_attr_destroy(&attributes);
+  if (error != 0) {
+    throw std::system_error(error, std::generic_category(), "spindle: starting a worker thread");
+  }
+  owned.release();  // the thread owns it now
+  started_ = true;
+}
+
+worker_thread::worker_thread(worker_thread&& other) noexcept
+    : thread_(other.thread_), started_(std::exchange(other.started_, false)) {}
+
+worker_thread::~worker_thread() {
+  if (started_) std::terminate();  // as std::thread: neither joined nor detached
+}
+
+void worker_thread::join() noexcept {
+  if (!std::exchange(started_, false)) return;
+  pthread_join(thread_, nullptr);
+}
+
+void worker_thread::detach() noexcept {
+  if (!std::exchange(started_, false)) return;
+  pthread_detach(thread_);
+}
 
 runtime_core::runtime_core(runtime_options options)
     : options_(validated(std::move(options))),
@@ -150,7 +202,7 @@ void runtime_core::start_thread(std::uint32_t index) {
   std::shared_ptr<runtime_core> self = self_.lock();
   // relaxed: only compared against zero by worker_exited, after the thread ran.
   workers_running_.fetch_add(1, std::memory_order_relaxed);
-  threads_.emplace_back([self, index] {
+  threads_.emplace_back(options_.worker_stack_size, [self, index] {
     executor& e = self->executor_at(index);
     e.bind_thread();
     if (self->options_.on_worker_start) self->options_.on_worker_start(index);
@@ -393,7 +445,7 @@ bool runtime_core::any_work_visible(std::uint32_t self_index) const noexcept {
 
 void runtime_core::shutdown() noexcept {
   const bool from_worker = is_worker_thread();
-  std::vector<std::thread> to_join;
+  std::vector<worker_thread> to_join;
   bool first = false;
   {
     std::lock_guard lock(registry_mutex_);
@@ -418,10 +470,10 @@ void runtime_core::shutdown() noexcept {
   }
   unpark_all();
   if (detached_.load(std::memory_order_relaxed)) {
-    for (std::thread& t : to_join) t.detach();
+    for (worker_thread& t : to_join) t.detach();
     return;  // the last worker out finishes the shutdown
   }
-  for (std::thread& t : to_join) {
+  for (worker_thread& t : to_join) {
     if (t.joinable()) t.join();
   }
   finish_shutdown();

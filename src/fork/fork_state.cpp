@@ -39,6 +39,7 @@ constexpr clock_duration park_timeout = std::chrono::microseconds(50);
 struct owned_state {
   fork_thread_state state;
   latent_frame* frames[frame_capacity];
+  alignas(work_slot_alignment) unsigned char work_slots[frame_capacity * work_slot_size];
 };
 thread_local std::unique_ptr<owned_state> thread_owned_state;
 
@@ -66,6 +67,11 @@ std::uint32_t pick_idle_executor(fork_thread_state* state) noexcept {
     return core.executor_at(i).stats().utilisation.load(std::memory_order_relaxed);
   };
   return load(a) <= load(b) ? a : b;
+}
+
+// A computation's token as an offer board tag.
+core::offer_board::tag_type board_tag(const void* computation) noexcept {
+  return reinterpret_cast<core::offer_board::tag_type>(computation);
 }
 
 struct promotion {
@@ -97,10 +103,12 @@ promotion promote_frames(fork_thread_state* state, latent_frame** top) noexcept 
       result.latent_left = true;
       break;
     }
-    delegated_work* work = frame->promote(frame);
+    delegated_work* work = frame->promote(frame, work_slot(state, slot));
     if (work == nullptr) continue;
     work->owner_parker = &self.parker();
-    work->slot = self.offers().publish(work);  // has_room: cannot fail (only we fill slots)
+    work->computation = computation_token(state);
+    // has_room: cannot fail (only we fill slots).
+    work->slot = self.offers().publish(work, board_tag(work->computation));
     // release (signal fence): the work's fields before `published` (read by the owner).
     std::atomic_signal_fence(std::memory_order_release);
     frame->published.store(work, std::memory_order_relaxed);  // relaxed: see "Pings"
@@ -161,6 +169,7 @@ fork_thread_state* attach_thread() noexcept {
   thread_owned_state = std::make_unique<owned_state>();
   fork_thread_state& state = thread_owned_state->state;
   state.frames = thread_owned_state->frames;
+  state.work_slots = thread_owned_state->work_slots;
   state.top.store(state.frames, std::memory_order_relaxed);  // relaxed: no handler yet
   state.limit = state.frames + frame_capacity;
   state.executor = executor;
@@ -260,7 +269,7 @@ bool begin_slice(fork_thread_state* state) noexcept {
 bool republish(fork_thread_state* state, delegated_work* work) noexcept {
   core::executor& self = *state->executor;
   mask_pings(state);  // publish is owner-only: a ping must not publish in between
-  const std::uint32_t slot = self.offers().publish(work);
+  const std::uint32_t slot = self.offers().publish(work, board_tag(work->computation));
   unmask_pings(state);
   // (work->slot keeps the owner's old slot: only the owner's withdraw reads it, and the owner
   // tried that before this piece was ever taken; writing it here would race with that read.)
@@ -280,23 +289,41 @@ bool withdraw(fork_thread_state* state, delegated_work* work) noexcept {
 
 namespace {
 
+// A piece of the awaited work's computation, and of no other (see "Computations" in
+// fork_state.hpp): the thief's board first (leapfrogging: it publishes the awaited piece's own
+// subtrees), then ours, then everyone's.
 core::runnable* find_published_work(fork_thread_state* state, delegated_work* awaited) noexcept {
   core::executor& self = *state->executor;
   core::runtime_core& core = self.core();
+  const void* const computation = awaited->computation;  // ours: in our own frame
+  const core::offer_board::tag_type tag = board_tag(computation);
   // relaxed: a hint of where to look; the board's CAS synchronises.
   const std::uint32_t thief = awaited->thief.load(std::memory_order_relaxed);
   const std::uint32_t count = core.executor_count();
-  if (thief < count) {
-    if (core::runnable* r = core.executor_at(thief).offers().take()) return r;
+  core::runnable* found = nullptr;
+  if (thief < count) found = core.executor_at(thief).offers().take_tagged(tag);
+  if (found == nullptr) found = self.offers().take_tagged(tag);
+  if (found == nullptr) {
+    const std::uint32_t start = next_random(state) % count;
+    for (std::uint32_t i = 0; i < count && found == nullptr; ++i) {
+      const std::uint32_t victim = (start + i) % count;
+      if (victim == thief || victim == self.index()) continue;
+      found = core.executor_at(victim).offers().take_tagged(tag);
+    }
   }
-  if (core::runnable* r = self.offers().take()) return r;
-  const std::uint32_t start = next_random(state) % count;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    const std::uint32_t victim = (start + i) % count;
-    if (victim == thief || victim == self.index()) continue;
-    if (core::runnable* r = core.executor_at(victim).offers().take()) return r;
-  }
-  return nullptr;
+  if (found == nullptr) return nullptr;
+  // Ours now (B1), so its fields are safe to read. Its tag matched, but under ABA
+  // (offer_board.hpp, "Tags": its slot emptied and refilled with the same pointer between our
+  // reads) it may belong to another computation: never run that here; offer it again from our
+  // own board, where its owner (who waits for it, helping with its computation) or an idle
+  // executor takes it.
+  auto* piece = static_cast<delegated_work*>(found);
+  if (piece->computation == computation) return piece;
+  if (republish(state, piece)) return nullptr;
+  // Our board is full as well (eight of our own pieces on it, all untaken): running it is the
+  // only way left to make progress. Needs both an ABA inside a few instructions and a full
+  // board.
+  return piece;
 }
 
 }  // namespace

@@ -65,6 +65,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -139,8 +140,38 @@ struct runtime_options {
   const machine_topology* topology = nullptr;
   // Time source; null means the steady clock. Must outlive the runtime.
   spindle::clock* clock = nullptr;
+  // Native stack of each worker thread, in bytes (pthread_attr_setstacksize). Fork-join runs on
+  // it (fork-join.md, "Depth"): a fork_join level of a one-line recursion costs 112 bytes
+  // (g++ -O2; more with bigger user frames, several times more under sanitizers), so the default
+  // 8 MiB holds about 74,000 such levels; deeper computations need a larger stack. The memory
+  // is reserved, not committed: pages are touched only as deep as the recursion goes. 0 means
+  // `default_worker_stack_size` (fixed, whatever `ulimit -s` says). Refused (usage_error): below
+  // `min_worker_stack_size`, or above 64 GiB.
+  static constexpr std::size_t default_worker_stack_size = std::size_t(8) << 20;
+  static constexpr std::size_t min_worker_stack_size = std::size_t(256) << 10;
+  std::size_t worker_stack_size = 0;
   // Called on each worker thread when it starts (e.g. to set thread names); may be empty.
   std::function<void(std::uint32_t executor_index)> on_worker_start;
+};
+
+// A worker's thread: std::thread cannot choose its stack size, so a pthread made with
+// `runtime_options::worker_stack_size`. Joined or detached exactly once, by shutdown.
+class worker_thread {
+ public:
+  // Starts `body` on a new thread with a stack of `stack_size` bytes; throws std::system_error
+  // if the thread cannot be made.
+  worker_thread(std::size_t stack_size, std::function<void()> body);
+  worker_thread(worker_thread&& other) noexcept;
+  worker_thread& operator=(worker_thread&&) = delete;
+  worker_thread(const worker_thread&) = delete;
+  ~worker_thread();  // must have been joined or detached
+  bool joinable() const noexcept { return started_; }
+  void join() noexcept;
+  void detach() noexcept;
+
+ private:
+  pthread_t thread_{};
+  bool started_ = false;
 };
 
 class runtime_core final : public scheduler {
@@ -290,7 +321,7 @@ class runtime_core final : public scheduler {
   bool steals_nearest_first_;
   std::unique_ptr<std::atomic<executor*>[]> slots_;
   std::vector<std::unique_ptr<executor>> owned_executors_;  // guarded by registry_mutex_
-  std::vector<std::thread> threads_;                         // guarded by registry_mutex_
+  std::vector<worker_thread> threads_;                       // guarded by registry_mutex_
   std::mutex registry_mutex_;
   alignas(cache_line_size) std::atomic<std::uint32_t> live_{0};
   injector injector_;

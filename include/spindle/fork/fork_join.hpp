@@ -14,6 +14,11 @@
 //   - on any other thread: fork_join(rt, left, right) runs the pair on `rt` and blocks the
 //     calling thread until it is done; plain fork_join(left, right) runs both branches serially,
 //     left then right.
+// Depth: each level costs native stack (about 112 bytes with g++ -O2 for a one-line recursion,
+// more with bigger user frames and several times more under sanitizers): a worker's stack is
+// `runtime_options::worker_stack_size` (default 8 MiB, about 74,000 such levels); plain
+// fork_join on a plain thread uses that thread's own stack, run_on / fork_join(rt, ...) a
+// worker's. The waiting owner helps only with pieces of its own computation (fork_state.hpp).
 // Exceptions (F6): if a branch throws, fork_join throws the exception after both branches are
 // settled: a right branch that was not started yet is skipped, one that a thief is running is
 // waited for. If both throw, the left one's exception wins (the right one's is dropped).
@@ -55,7 +60,6 @@ class value_box {
     value_.emplace(std::invoke(function));
   }
   T take() { return std::move(*value_); }
-  void adopt(value_box& other) { value_.emplace(std::move(*other.value_)); }
 
  private:
   std::optional<T> value_;
@@ -68,7 +72,6 @@ class value_box<T&> {
     value_ = std::addressof(std::invoke(function));
   }
   T& take() { return *value_; }
-  void adopt(value_box& other) { value_ = other.value_; }
 
  private:
   T* value_ = nullptr;
@@ -81,7 +84,6 @@ class value_box<void> {
     std::invoke(function);
   }
   std::monostate take() { return {}; }
-  void adopt(value_box&) {}
 };
 
 // Empty std::function objects and null function pointers are rejected before anything runs.
@@ -95,46 +97,90 @@ void check_callable(const F& function) {
   }
 }
 
-// The right continuation once published: runs `right` for the thief and keeps its result.
+template <class Right, class Result>
+struct fork_frame;
+
+// The right continuation once published: runs the frame's `right` for the thief and fills the
+// frame's result box (the owner reads it only after the merge, invariant M). Lives in the work
+// slot of the frame's stack slot (fork_state.hpp, work_slot), not in the frame.
 template <class Right, class Result>
 struct right_work final : delegated_work {
   static void run(core::runnable* self) noexcept {
     auto* work = static_cast<right_work*>(self);
-    begin_delegate(work);
-    try {
-      work->result.fill(*work->right);
-    } catch (...) {
-      work->error = std::current_exception();
+    {
+      delegate_scope scope(work);  // the thread works for the piece's computation meanwhile
+      try {
+        work->frame->result.fill(*work->frame->right);
+      } catch (...) {
+        work->error = std::current_exception();
+      }
     }
     finish_delegate(work);
   }
   static constexpr core::runnable_vtable vtable{&right_work::run, &drop_delegated};
 
-  explicit right_work(Right* function) noexcept : delegated_work(&vtable), right(function) {}
-  Right* right;
-  value_box<Result> result;
+  explicit right_work(fork_frame<Right, Result>* owner) noexcept
+      : delegated_work(&vtable), frame(owner) {}
+  fork_frame<Right, Result>* frame;
 };
 
-// The latent frame of one fork_join call: lives in fork_join's stack frame.
+// The latent frame of one fork_join call: lives in fork_join's stack frame, one per recursion
+// level, so it holds only what a promotion needs (the right branch, where its result goes).
 template <class Right, class Result>
 struct fork_frame final : latent_frame {
   using work_type = right_work<Right, Result>;
+  static_assert(sizeof(work_type) <= work_slot_size &&
+                alignof(work_type) <= work_slot_alignment);
 
   fork_frame(Right& function, std::uint64_t current_epoch) noexcept : right(&function) {
     promote = &fork_frame::promote_right;
     epoch = current_epoch;
   }
-  static delegated_work* promote_right(latent_frame* base) noexcept {
-    auto* frame = static_cast<fork_frame*>(base);
-    return ::new (static_cast<void*>(frame->work_storage)) work_type(frame->right);
+  static delegated_work* promote_right(latent_frame* base, void* storage) noexcept {
+    return ::new (storage) work_type(static_cast<fork_frame*>(base));
   }
-  work_type& work() noexcept {
-    return *std::launder(reinterpret_cast<work_type*>(work_storage));
+  static work_type& work(fork_thread_state* state, latent_frame** slot) noexcept {
+    return *std::launder(static_cast<work_type*>(work_slot(state, slot)));
   }
 
   Right* right;
-  alignas(work_type) unsigned char work_storage[sizeof(work_type)];
+  value_box<Result> result;  // the right branch's, whoever runs it
 };
+
+// The rare ends of a fork_join whose right branch was published, out of line so that the call
+// itself keeps few values alive across its left branch (each is stack the recursion pays per
+// level, see "Depth" in fork-join.md): the owner takes the work back and runs the branch, or
+// waits for the thief's merge.
+template <class Frame>
+[[gnu::noinline]] void join_published(fork_thread_state* state, latent_frame** slot,
+                                      Frame& frame, delegated_work* published) {
+  using work_type = typename Frame::work_type;
+  if (withdraw(state, published)) {
+    Frame::work(state, slot).~work_type();  // nobody took it: as if it had never been offered
+    frame.result.fill(*frame.right);
+    return;
+  }
+  wait_registered(state, slot, &frame, published);
+  work_type& work = Frame::work(state, slot);
+  if (work.error) {
+    std::exception_ptr error = std::move(work.error);
+    work.~work_type();
+    std::rethrow_exception(std::move(error));
+  }
+  work.~work_type();
+}
+
+// The left branch threw: settles the right one (skipped, or waited for) before the exception
+// goes on. The frame is the top one (the left branch's own frames are popped by now).
+template <class Frame>
+[[gnu::noinline]] void abandon_fork(Frame& frame) noexcept {
+  using work_type = typename Frame::work_type;
+  fork_thread_state* state = current_state;
+  latent_frame** slot = state->top.load(std::memory_order_relaxed) - 1;  // relaxed: "Pings"
+  pop_frame(state, slot);
+  settle_after_exception(state, slot, frame);
+  if (published_work(frame) != nullptr) Frame::work(state, slot).~work_type();
+}
 
 }  // namespace fork_detail
 
@@ -149,51 +195,42 @@ auto fork_join(Left&& left, Right&& right)
   fork_detail::check_callable(left);
   fork_detail::check_callable(right);
   fork_detail::value_box<left_type> left_value;
-  fork_detail::value_box<right_type> right_value;
 
   fork_detail::fork_thread_state* state = fork_detail::thread_state();
   // relaxed: the frame stack is shared with this thread's ping handler only (fork_state.hpp).
   fork_detail::latent_frame** const slot = state->top.load(std::memory_order_relaxed);
-  if (slot == state->limit) [[unlikely]] {
-    // Not a worker, or the frame stack is full (a very deep recursion): serially.
-    left_value.fill(left);
-    right_value.fill(right);
-    return {left_value.take(), right_value.take()};
-  }
-
   // relaxed: see above.
   fork_detail::fork_frame<right_function, right_type> frame(
       right, state->epoch.load(std::memory_order_relaxed));
+  if (slot == state->limit) [[unlikely]] {
+    // Not a worker, or the frame stack is full (a very deep recursion): serially.
+    left_value.fill(left);
+    frame.result.fill(right);
+    return {left_value.take(), frame.result.take()};
+  }
+
   fork_detail::push_frame(state, slot, &frame);
   if (fork_detail::count_down(state, 1)) [[unlikely]] fork_detail::on_countdown(state);
   try {
     left_value.fill(left);
   } catch (...) {
-    fork_detail::pop_frame(state, slot);
-    fork_detail::settle_after_exception(state, frame);
-    if (fork_detail::published_work(frame) != nullptr) frame.work().~right_work();
+    fork_detail::abandon_fork(frame);
     throw;
   }
-  fork_detail::pop_frame(state, slot);
-
+  // Found again rather than kept across the left branch (fewer registers saved per level, see
+  // "Depth" in fork-join.md): the same thread's state, and the left branch popped every frame it
+  // pushed, so ours is the top one.
+  state = fork_detail::current_state;
+  // relaxed: see above.
+  fork_detail::latent_frame** const top = state->top.load(std::memory_order_relaxed) - 1;
+  fork_detail::pop_frame(state, top);
   fork_detail::delegated_work* const published = fork_detail::published_work(frame);
   if (published == nullptr) [[likely]] {
-    right_value.fill(right);
-  } else if (fork_detail::withdraw(state, published)) {
-    frame.work().~right_work();  // nobody took it: as if it had never been offered
-    right_value.fill(right);
+    frame.result.fill(*frame.right);
   } else {
-    fork_detail::wait_for_merge(state, published);
-    auto& work = frame.work();
-    if (work.error) {
-      std::exception_ptr error = std::move(work.error);
-      work.~right_work();
-      std::rethrow_exception(std::move(error));
-    }
-    right_value.adopt(work.result);
-    work.~right_work();
+    fork_detail::join_published(state, top, frame, published);
   }
-  return {left_value.take(), right_value.take()};
+  return {left_value.take(), frame.result.take()};
 }
 
 // Runs `function` on one of `rt`'s workers and returns its result: inline on a worker of `rt`,

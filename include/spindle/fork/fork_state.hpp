@@ -80,16 +80,35 @@
 // runtime).
 //
 // Waiting (F4): an owner whose published work was taken waits for the merge and meanwhile runs
-// other published work (the thief's board first, then its own, then everyone's), nested on its
-// stack at most `max_help_depth` deep, so the stack stays bounded; with nothing to run it services
-// its executor (service_point), spins briefly, then parks with a short timeout.
+// other published work *of the same computation* (the thief's board first, then its own, then
+// everyone's), nested on its stack at most `max_help_depth` deep, so the stack stays bounded;
+// with nothing to run it services its executor (service_point), spins briefly, then parks with
+// a short timeout.
+//
+// Computations (issue 14, item 6): a computation is a tree of forks with one root, the
+// fork_join (or loop) a task or a plain call started at help depth 0 on a worker. Its token is
+// the root thread's state address while the root thread runs its own frames, and every piece
+// carries the token of the computation it was promoted from (`delegated_work::computation`,
+// also the tag of its board publication); a thread running a piece adopts the piece's token for
+// as long as it runs it (delegate_scope). A waiting owner takes only pieces with its own token.
+// Why that is enough: helping nests a piece on the waiter's stack, and a piece of an unrelated
+// computation could wait there for a lock the waiter holds (deadlock on itself); a piece of the
+// same computation is one the waiter's computation would have run itself, serially, on the same
+// thread, had nobody stolen anything, so helping with it adds no lock order the serial program
+// does not have. Tokens are never confused: a thread runs one root computation at a time (the
+// fork_join of a task is synchronous and waiting never runs tasks), and a root returns only
+// after every piece of it merged, so no piece of an earlier root computation of the same thread
+// can still be on a board when the next one starts.
 //
 // Bounded memory (F5): latent frames live in the C++ frames of the computation itself; at most
 // `frame_capacity` of them per thread are registered (deeper forks run serially), at most the
-// board's slot count are published per executor, and help nesting is bounded.
+// board's slot count are published per executor, and help nesting is bounded. A fork_join's
+// delegated work lives in the thread's work slot of its frame's stack slot (`work_slot`), so a
+// recursion level pays only the frame's few pointers of native stack (fork-join.md, "Depth").
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 
@@ -120,15 +139,19 @@ struct delegated_work : core::runnable {
   // The executor running it: where the waiting owner looks for work first (leapfrogging).
   std::atomic<std::uint32_t> thief{no_thief};
   core::park_driver* owner_parker = nullptr;  // set by the owner before publication
+  const void* computation = nullptr;          // its computation's token, set before publication
   std::uint32_t slot = 0;                     // board slot, owner-only
   std::exception_ptr error;                   // written by the delegate before the merge
 };
 
 // What the frame stack points at. `promote` turns the frame's right continuation into delegated
-// work (constructed in storage inside the frame), or returns null if there is nothing to offer
-// (a loop with no element left). It may run in signal context (a ping): plain stores only.
+// work, or returns null if there is nothing to offer (a loop with no element left). A loop
+// constructs the work inside its frame; fork_join, whose frames are one per recursion level and
+// so decide how deep a recursion the native stack holds, constructs it in `storage`: the
+// thread's work slot of the frame's stack slot (`work_slot`), kept out of the frame so a level
+// costs only the frame's few pointers. It may run in signal context (a ping): plain stores only.
 struct latent_frame {
-  delegated_work* (*promote)(latent_frame*) noexcept;
+  delegated_work* (*promote)(latent_frame*, void* storage) noexcept;
   std::uint64_t epoch;  // the owner's heartbeat epoch when pushed
   // Null while latent. Written by a promotion (the owner's heartbeat or its ping handler), read
   // by the owner: relaxed, see "Pings" above.
@@ -142,12 +165,19 @@ struct fork_thread_state {
   std::atomic<latent_frame**> top{nullptr};  // first: its address is the state's own
   latent_frame** frames = nullptr;
   latent_frame** limit = nullptr;
+  // One work slot per frame slot (`work_slot`); owner-only pointer, set when attached.
+  unsigned char* work_slots = nullptr;
   // Ticks (forks, loop elements) left before the next clock check (a ping may set it to 1).
   std::atomic<std::int64_t> countdown{std::int64_t(1) << 62};
   std::atomic<std::uint64_t> epoch{2};  // epoch 0 frames are eligible at the first heartbeat
   std::atomic<std::uint64_t> next_heartbeat_ns{0};
   // The owner is changing what a ping reads: the ping does nothing (see "Pings").
   std::atomic<bool> masked{false};
+  // The token of the computation whose piece this thread runs (see "Computations"); null while
+  // it runs its own root computation (the token is then this state's address). Written by the
+  // thread around the pieces it runs, read by its promotions (its heartbeat or its ping
+  // handler): relaxed, see "Pings".
+  std::atomic<const void*> computation{nullptr};
   // Owner-only from here on.
   std::int64_t interval = 1;
   std::uint64_t last_check_ns = 0;  // 0: no check yet in this computation
@@ -164,6 +194,9 @@ struct fork_thread_state {
 
 inline constexpr std::uint32_t frame_capacity = 1024;
 inline constexpr std::uint32_t max_help_depth = 16;
+// Bytes of a work slot: fork_join's delegated work (a few pointers) fits, whatever its types.
+inline constexpr std::size_t work_slot_size = 96;
+inline constexpr std::size_t work_slot_alignment = alignof(std::max_align_t);
 
 // The calling thread's state; set on a worker's first fork, null until then.
 extern thread_local constinit fork_thread_state* current_state;
@@ -197,6 +230,14 @@ inline void push_frame(fork_thread_state* state, latent_frame** slot, latent_fra
   std::atomic_signal_fence(std::memory_order_release);
   state->top.store(slot + 1, std::memory_order_relaxed);  // relaxed: see "Pings"
 }
+// The work slot of the frame registered in `slot`. Promotion constructs the frame's delegated
+// work there; it stays in use until the work was withdrawn or merged, and for that long the
+// frame stays registered in `slot` (fork_join keeps it there while it waits), so no other frame
+// is pushed there and promoted into the same work slot.
+inline void* work_slot(fork_thread_state* state, latent_frame** slot) noexcept {
+  return state->work_slots + std::size_t(slot - state->frames) * work_slot_size;
+}
+
 // Owner: unregisters the frame in `slot` (the top one). Afterwards `published` is final. (A ping
 // request outlives the computation: a ping that finds the stack empty withdraws it.)
 inline void pop_frame(fork_thread_state* state, latent_frame** slot) noexcept {
@@ -240,10 +281,46 @@ void wait_for_merge(fork_thread_state* state, delegated_work* work) noexcept;
 // Delegate: called when it starts running `work` and when it is done (the merge).
 void begin_delegate(delegated_work* work) noexcept;
 void finish_delegate(delegated_work* work) noexcept;
-// Owner: the frame is off the stack because its left side threw; settle the published work.
-inline void settle_after_exception(fork_thread_state* state, latent_frame& frame) noexcept {
+
+// The token of the computation the calling thread works for (see "Computations").
+inline const void* computation_token(fork_thread_state* state) noexcept {
+  const void* token = state->computation.load(std::memory_order_relaxed);  // relaxed: "Pings"
+  return token != nullptr ? token : state;
+}
+// Delegate: the thread works for `work`'s computation while this lives (the piece's runner),
+// then for the one it worked for before (its own, or, nested in a wait, the same one).
+class delegate_scope {
+ public:
+  explicit delegate_scope(delegated_work* work) noexcept
+      : state_(thread_state()),
+        previous_(state_->computation.load(std::memory_order_relaxed)) {  // relaxed: "Pings"
+    state_->computation.store(work->computation, std::memory_order_relaxed);  // relaxed: "Pings"
+    begin_delegate(work);
+  }
+  ~delegate_scope() {
+    state_->computation.store(previous_, std::memory_order_relaxed);  // relaxed: "Pings"
+  }
+  delegate_scope(const delegate_scope&) = delete;
+  delegate_scope& operator=(const delegate_scope&) = delete;
+
+ private:
+  fork_thread_state* state_;
+  const void* previous_;
+};
+// Owner: the frame in `slot` was popped and its work published; a thief took it. Waits for
+// the merge with the frame registered again (see work_slot), then pops it for good.
+inline void wait_registered(fork_thread_state* state, latent_frame** slot, latent_frame* frame,
+                            delegated_work* work) noexcept {
+  push_frame(state, slot, frame);  // published: no promotion looks at it again
+  wait_for_merge(state, work);
+  pop_frame(state, slot);
+}
+// Owner: the frame in `slot` is off the stack because its left side threw; settle the published
+// work.
+inline void settle_after_exception(fork_thread_state* state, latent_frame** slot,
+                                   latent_frame& frame) noexcept {
   delegated_work* work = published_work(frame);
-  if (work != nullptr && !withdraw(state, work)) wait_for_merge(state, work);
+  if (work != nullptr && !withdraw(state, work)) wait_registered(state, slot, &frame, work);
 }
 
 // Published work is never queued where shutdown drains (only on boards, which owners empty).

@@ -68,7 +68,7 @@ template <class Value, class Context>
 struct loop_work final : delegated_work {
   static void run(core::runnable* self) noexcept {
     auto* work = static_cast<loop_work*>(self);
-    begin_delegate(work);
+    delegate_scope scope(work);  // restores the thread's computation when the piece returns
     fork_thread_state* state = thread_state();
     slice_stop stop;
     const bool sliced = begin_slice(state);
@@ -115,7 +115,7 @@ struct loop_frame final : latent_frame {
     epoch = frame_epoch;
   }
   // Owner's heartbeat (pings masked) or its ping handler: plain stores only.
-  static delegated_work* split(latent_frame* base) noexcept {
+  static delegated_work* split(latent_frame* base, void*) noexcept {  // own storage
     auto* frame = static_cast<loop_frame*>(base);
     // relaxed: shared with this thread only (see above).
     const std::size_t from = frame->next.load(std::memory_order_relaxed);
@@ -204,7 +204,7 @@ Value loop_reduce(std::size_t first, std::size_t last, const Context& context,
     }
   } catch (...) {
     pop_frame(state, slot);
-    settle_after_exception(state, frame);
+    settle_after_exception(state, slot, frame);
     if (published_work(frame) != nullptr) frame.work().~loop_work();
     throw;
   }
