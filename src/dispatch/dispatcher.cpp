@@ -107,6 +107,14 @@ void dispatcher_shared::on_finished(submission_base* s) noexcept {
   if (outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding.notify_all();
 }
 
+void dispatcher_shared::report_unobserved(std::exception_ptr error) noexcept {
+  if (options.on_unobserved_exception) {
+    options.on_unobserved_exception(std::move(error));  // noexcept here: a throwing hook terminates
+  } else {
+    log_unobserved_exception("a dispatcher submission whose future was dropped", std::move(error));
+  }
+}
+
 bool dispatcher_shared::on_cancel_running(submission_base* s) noexcept {
   switch (options.mode) {
     case dispatch_mode::parallel:

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,8 @@ class dispatcher_shared : public std::enable_shared_from_this<dispatcher_shared>
   bool on_cancel_running(submission_base* s) noexcept;
   // Whether the calling thread is one of this runtime's workers.
   bool on_own_worker() const noexcept;
+  // A submission's exception nobody observes (U6): options.on_unobserved_exception, or the log.
+  void report_unobserved(std::exception_ptr error) noexcept;
 
   const dispatcher_options options;
   std::atomic<std::uint64_t> outstanding{0};  // accepted, not complete

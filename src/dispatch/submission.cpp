@@ -23,9 +23,23 @@ void submission_base::wait() noexcept {
 bool submission_base::finish(outcome result) noexcept {
   bool notify = false;
   if (!state_.try_complete(result, notify)) return false;
+  // Before on_finished: a close() that waits for this completion returns after the report.
+  if (result == outcome::exception) note_unobserved(ended_with_exception);
   owner_->on_finished(this);
   if (notify) state_.word().notify_all();
   return true;
+}
+
+void submission_base::future_dropped() noexcept { note_unobserved(future_gone); }
+
+void submission_base::note_unobserved(std::uint8_t side) noexcept {
+  // acq_rel: the completer's release publishes `exception_` (written before its CAS, U1) to a
+  // future side that comes second (acquire); the RMW orders the two bits, so exactly one of
+  // the two sides sees the other's.
+  const std::uint8_t before = observation_.fetch_or(side, std::memory_order_acq_rel);
+  if ((before & (ended_with_exception | future_gone)) != 0 && (before & side) == 0) {
+    owner_->report_unobserved(exception_);
+  }
 }
 
 bool submission_base::cancel() noexcept {

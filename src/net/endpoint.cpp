@@ -8,6 +8,7 @@
 #include <string>
 #include <system_error>
 
+#include "spindle/core/errors.hpp"
 #include "spindle/net/net.hpp"
 #include "net/net_common.hpp"
 
@@ -46,7 +47,7 @@ endpoint::endpoint(std::string_view address, std::uint16_t port) {
   char text[INET6_ADDRSTRLEN + 1];
   if (address.empty() || address.size() >= sizeof text ||
       address.find('\0') != std::string_view::npos) {
-    throw std::invalid_argument("spindle: not an IPv4 or IPv6 address: \"" + std::string(address) +
+    throw usage_error("spindle: not an IPv4 or IPv6 address: \"" + std::string(address) +
                                 "\"");
   }
   std::memcpy(text, address.data(), address.size());
@@ -64,7 +65,7 @@ endpoint::endpoint(std::string_view address, std::uint16_t port) {
     length_ = sizeof(sockaddr_in6);
   } else {
     storage_ = {};
-    throw std::invalid_argument("spindle: not an IPv4 or IPv6 address: \"" + std::string(address) +
+    throw usage_error("spindle: not an IPv4 or IPv6 address: \"" + std::string(address) +
                                 "\"");
   }
 }
@@ -91,7 +92,7 @@ endpoint endpoint::any_v4(std::uint16_t port) {
 
 endpoint endpoint::from_native(const sockaddr* address, socklen_t length) {
   if (address == nullptr || length < socklen_t(sizeof(sa_family_t))) {
-    throw std::invalid_argument("spindle: endpoint::from_native: no address");
+    throw usage_error("spindle: endpoint::from_native: no address");
   }
   endpoint e;
   if (address->sa_family == AF_INET && length >= socklen_t(sizeof(sockaddr_in))) {
@@ -101,7 +102,7 @@ endpoint endpoint::from_native(const sockaddr* address, socklen_t length) {
     std::memcpy(&e.storage_, address, sizeof(sockaddr_in6));
     e.length_ = sizeof(sockaddr_in6);
   } else {
-    throw std::invalid_argument("spindle: endpoint::from_native: not an IPv4 or IPv6 address");
+    throw usage_error("spindle: endpoint::from_native: not an IPv4 or IPv6 address");
   }
   return e;
 }

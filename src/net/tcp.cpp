@@ -59,7 +59,7 @@ tcp_stream::~tcp_stream() { detail::close_quietly(fd_); }
 task<tcp_stream> tcp_stream::connect(endpoint remote) {
   // `remote` is a parameter: it lives in this frame, which the address points into.
   if (remote.native_length() == 0) {
-    throw std::invalid_argument("spindle: tcp_stream::connect to an unspecified endpoint");
+    throw usage_error("spindle: tcp_stream::connect to an unspecified endpoint");
   }
   tcp_stream stream(detail::open_socket(remote.family(), SOCK_STREAM));
   for (;;) {
@@ -225,7 +225,7 @@ tcp_listener::~tcp_listener() { detail::close_quietly(fd_); }
 
 tcp_listener tcp_listener::bind(endpoint local, int backlog) {
   if (local.native_length() == 0) {
-    throw std::invalid_argument("spindle: tcp_listener::bind to an unspecified endpoint");
+    throw usage_error("spindle: tcp_listener::bind to an unspecified endpoint");
   }
   tcp_listener listener;
   listener.fd_ = detail::open_socket(local.family(), SOCK_STREAM);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "spindle/core/errors.hpp"
 #include "spindle/io/io_wait.hpp"
 #include "spindle/net/net.hpp"
 #include "net/net_common.hpp"
@@ -29,7 +30,7 @@ udp_socket::~udp_socket() { detail::close_quietly(fd_); }
 
 udp_socket udp_socket::bind(endpoint local) {
   if (local.native_length() == 0) {
-    throw std::invalid_argument("spindle: udp_socket::bind to an unspecified endpoint");
+    throw usage_error("spindle: udp_socket::bind to an unspecified endpoint");
   }
   udp_socket socket;
   socket.fd_ = detail::open_socket(local.family(), SOCK_DGRAM);
@@ -40,7 +41,7 @@ udp_socket udp_socket::bind(endpoint local) {
 task<std::size_t> udp_socket::send_to(std::span<const std::byte> datagram, endpoint remote) {
   if (fd_ < 0) detail::throw_error(EBADF, "sendmsg");
   if (remote.native_length() == 0) {
-    throw std::invalid_argument("spindle: udp_socket::send_to an unspecified endpoint");
+    throw usage_error("spindle: udp_socket::send_to an unspecified endpoint");
   }
   // The iovec, the msghdr and `remote` (a parameter) live in this frame until the kernel is done.
   iovec vector{const_cast<std::byte*>(datagram.data()), datagram.size()};

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <type_traits>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -492,6 +493,131 @@ TEST(DispatcherLifetime, NothingOutlivesTheRuntimeAndTheDispatcher) {
     }
   }
   EXPECT_EQ(open_descriptors(), before);
+}
+
+}  // namespace
+
+namespace {
+
+// issue 14, item 13: an exception from a submission whose future was dropped without get() is
+// reported, not lost. With no hook set, it is written to stderr.
+TEST(DispatcherUnobserved, ADroppedFuturesExceptionIsLoggedByDefault) {
+  spindle::runtime rt({.workers = 2});
+  ::testing::internal::CaptureStderr();
+  {
+    spindle::dispatcher d(rt);
+    (void)d.submit([]() -> int { throw std::runtime_error("nobody waits for me"); });
+    d.close();  // await_all: the submission has completed, and been reported, when this returns
+  }
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(logged.find("nobody waits for me"), std::string::npos) << "stderr: " << logged;
+}
+
+}  // namespace
+
+namespace {
+
+// Counts what reaches the hook, and keeps the last message.
+struct unobserved_sink {
+  std::atomic<int> count{0};
+  std::mutex lock;
+  std::string last;
+  spindle::dispatcher_options options(dispatch_mode mode) {
+    spindle::dispatcher_options o;
+    o.mode = mode;
+    o.on_unobserved_exception = [this](std::exception_ptr error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        std::lock_guard guard(lock);
+        last = e.what();
+      }
+      count.fetch_add(1);
+    };
+    return o;
+  }
+};
+
+const dispatch_mode every_mode[] = {dispatch_mode::parallel, dispatch_mode::sequential,
+                                    dispatch_mode::sequential_uncancelable};
+
+spindle::task<int> throw_after(spindle::event& gate) {
+  co_await gate.wait();
+  throw std::runtime_error("thrown after the drop");
+}
+
+// Dropped while the body still runs: the worker that completes it reports, before close()
+// returns.
+TEST(DispatcherUnobserved, FutureDroppedBeforeTheBodyThrewReachesTheHook) {
+  spindle::runtime rt({.workers = 2});
+  for (dispatch_mode mode : every_mode) {
+    SCOPED_TRACE(spindle::to_string(mode));
+    unobserved_sink sink;
+    spindle::event gate;
+    {
+      spindle::dispatcher d(rt, sink.options(mode));
+      { auto dropped = d.submit(throw_after(gate)); }
+      EXPECT_EQ(sink.count.load(), 0);  // not ended yet: nothing to report
+      gate.set();
+      d.close();
+    }
+    EXPECT_EQ(sink.count.load(), 1);
+    EXPECT_EQ(sink.last, "thrown after the drop");
+  }
+}
+
+// Ended first, dropped later (also by assigning over it): the dropping thread reports.
+TEST(DispatcherUnobserved, FutureDroppedAfterTheBodyThrewReachesTheHook) {
+  spindle::runtime rt({.workers = 2});
+  unobserved_sink sink;
+  spindle::dispatcher d(rt, sink.options(dispatch_mode::parallel));
+  auto first = d.submit([]() -> int { throw std::runtime_error("first"); });
+  first.wait();
+  EXPECT_EQ(sink.count.load(), 0);  // the future still holds it: get() may come
+  first = d.submit([] { return 2; });  // assigned over: the first one is dropped
+  EXPECT_EQ(sink.count.load(), 1);
+  EXPECT_EQ(sink.last, "first");
+  EXPECT_EQ(first.get(), 2);
+}
+
+// get() observes the exception; values and cancellations are not errors: none is reported.
+TEST(DispatcherUnobserved, ObservedExceptionsValuesAndCancellationsAreNotReported) {
+  spindle::runtime rt({.workers = 2});
+  for (dispatch_mode mode : every_mode) {
+    SCOPED_TRACE(spindle::to_string(mode));
+    unobserved_sink sink;
+    spindle::event gate;
+    spindle::event never;  // the cancelled one never gets past its wait
+    {
+      spindle::dispatcher d(rt, sink.options(mode));
+      auto observed = d.submit([]() -> int { throw std::runtime_error("seen"); });
+      EXPECT_THROW(observed.get(), std::runtime_error);
+      { auto value = d.submit([] { return 1; }); }
+      auto blocker = d.submit(wait_then(gate, 3));  // keeps the sequential ones queued
+      auto queued = d.submit(throw_after(never));
+      EXPECT_TRUE(queued.cancel());
+      { auto dropped = std::move(queued); }
+      gate.set();
+      EXPECT_EQ(blocker.get(), 3);
+      d.close();
+    }
+    EXPECT_EQ(sink.count.load(), 0);
+  }
+}
+
+// Drops racing completions: each exception is reported exactly once, whichever side is second.
+TEST(DispatcherUnobserved, EveryDroppedExceptionIsReportedExactlyOnce) {
+  spindle::runtime rt({.workers = 2});
+  unobserved_sink sink;
+  const int rounds = static_cast<int>(scaled(2000, 0.25));
+  {
+    spindle::dispatcher d(rt, sink.options(dispatch_mode::parallel));
+    for (int i = 0; i < rounds; ++i) {
+      (void)d.submit([]() -> int { throw std::runtime_error("dropped"); });
+    }
+    d.close();
+  }
+  EXPECT_EQ(sink.count.load(), rounds);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "spindle/core/errors.hpp"
 #include "spindle/net/net.hpp"
 
 namespace {
@@ -126,3 +127,12 @@ TEST(Endpoint, Equality) {
 }
 
 }  // namespace
+
+// issue 14, item 13: a malformed argument is a usage_error in net as everywhere else
+// (docs/design/errors.md); usage_error is a std::invalid_argument, so older catches still work.
+TEST(ErrorVocabulary, NetInvalidArgumentsAreUsageErrors) {
+  using spindle::net::endpoint;
+  EXPECT_THROW(endpoint("localhost", 80), spindle::usage_error);
+  EXPECT_THROW(endpoint::from_native(nullptr, 16), spindle::usage_error);
+  EXPECT_THROW(endpoint("localhost", 80), std::invalid_argument);
+}

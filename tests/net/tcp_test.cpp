@@ -447,7 +447,7 @@ TEST_P(NetTcp, ConnectToAClosedPortIsRefused) {
     }
   }
   EXPECT_EQ(open_fd_count(), fds_before);  // the failed sockets were closed
-  EXPECT_THROW(rt.block_on(connect_only(endpoint())), std::invalid_argument);
+  EXPECT_THROW(rt.block_on(connect_only(endpoint())), spindle::usage_error);
 }
 
 struct endpoints_seen {

@@ -230,7 +230,7 @@ TEST_P(NetUdp, ErrorsAndClose) {
   EXPECT_EQ(rt.block_on(send_error(socket, 70000, socket.local_endpoint())), EMSGSIZE);
   // An IPv6 destination from an IPv4 socket.
   EXPECT_NE(rt.block_on(send_error(socket, 4, endpoint("::1", 9))), 0);
-  EXPECT_THROW(rt.block_on(send_error(socket, 4, endpoint())), std::invalid_argument);
+  EXPECT_THROW(rt.block_on(send_error(socket, 4, endpoint())), spindle::usage_error);
   try {
     auto again = udp_socket::bind(socket.local_endpoint());
     ADD_FAILURE() << "bound twice";

@@ -37,11 +37,23 @@
 //      say) it does steps 1-2 and returns at once: waiting there could wait for itself.
 // The runtime shutting down first is fine: submissions it abandons complete as cancelled, and
 // later submits throw dispatcher_closed.
+//
+// Errors (the vocabulary of core/errors.hpp): submit on a closed dispatcher throws
+// dispatcher_closed (also once the runtime stopped: the dispatcher is closed then); an empty
+// task or a get()/wait() on a worker is usage_error; a body's exception is the future's
+// (get() rethrows it). An exception nobody can observe any more - the body threw and its
+// future was dropped (destroyed or assigned over) without get() - is not lost: it goes to
+// dispatcher_options::on_unobserved_exception, by default one line on stderr
+// (log_unobserved_exception). Exactly once per such submission, on whichever thread comes
+// second of the one completing it (a runtime worker, before close() can return) and the one
+// dropping the future.
 #pragma once
 
 #include <atomic>
 #include <concepts>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
@@ -61,6 +73,13 @@ struct dispatcher_options {
   close_policy on_close = close_policy::await_all;
   // Parallel mode: number of submission queues; 0 = one per executor.
   std::uint32_t shards = 0;
+  // Receives the exception of a submission whose future was dropped without get() (see
+  // "Errors" above): called once per such submission, on a runtime worker (the body ended
+  // after the drop) or on the thread dropping the future (it ended before). Empty: writes
+  // "spindle: unobserved exception in a dispatcher submission ..." to stderr
+  // (log_unobserved_exception). Keep it short (it may run on a worker); it must not throw
+  // (std::terminate).
+  std::function<void(std::exception_ptr)> on_unobserved_exception;
 };
 
 class dispatcher_closed : public std::runtime_error {
@@ -76,7 +95,9 @@ class dispatcher {
   dispatcher(const dispatcher&) = delete;
   dispatcher& operator=(const dispatcher&) = delete;
 
-  // Any thread. Throws dispatcher_closed after close() began (or after the runtime stopped).
+  // Any thread. Throws dispatcher_closed after close() began (or after the runtime stopped),
+  // usage_error for an empty task. The body's exception goes to the future (get()), or to
+  // on_unobserved_exception if the future is dropped without get().
   template <class T>
   dispatch_future<T> submit(task<T> body) {
     if (!body.valid()) throw usage_error("spindle: submit of an empty task");

@@ -31,6 +31,11 @@
 //        runner (then the frame that runs it), a canceller's queued CAS, or abandon_queued().
 //        Only that party destroys it early (before the submitter can see `complete`); else it
 //        goes with the submission.
+//   (U6) Unobserved exceptions: `observation_` has two bits, "ended with an exception" (set
+//        once by the completer, after its CAS to complete) and "future dropped without get()"
+//        (set once by the future). Each side sets its bit with one RMW; the side that finds
+//        the other's bit already set reports the exception (dispatcher_shared::
+//        report_unobserved), so it is reported exactly once, and never when get() took it.
 #pragma once
 
 #include <atomic>
@@ -108,6 +113,9 @@ class submission_base : public dispatch_node {
   // cancelled as its dispatcher's mode allows. False when it was already complete, already
   // being cancelled, or started in a mode that cannot cancel it (sequential_uncancelable).
   bool cancel() noexcept;
+  // The future went away without taking the outcome (U6): reports an exception it ended with,
+  // now or when it ends.
+  void future_dropped() noexcept;
 
   // --- the dispatcher's side ---------------------------------------------------------------
   start_function start() const noexcept { return start_; }
@@ -154,6 +162,10 @@ class submission_base : public dispatch_node {
   friend void release_submission(submission_base* submission) noexcept;
   submission_state<> state_;
   std::atomic<std::uint32_t> references_{2};  // the future + the dispatcher side (U4)
+  enum : std::uint8_t { ended_with_exception = 1, future_gone = 2 };
+  // U6. Whoever sets the second bit reports; `side` is the caller's bit.
+  void note_unobserved(std::uint8_t side) noexcept;
+  std::atomic<std::uint8_t> observation_{0};
   start_function start_;
   destroy_function drop_body_;  // destroys the body of a submission that never started
   destroy_function destroy_;
@@ -311,6 +323,17 @@ class [[nodiscard]] dispatch_future {
  public:
   dispatch_future() noexcept = default;
   explicit dispatch_future(detail::submission_ref s) noexcept : submission_(std::move(s)) {}
+  dispatch_future(dispatch_future&& other) noexcept = default;
+  // Dropping a future that still holds its submission (no get()) hands an exception the
+  // submission ends with to dispatcher_options::on_unobserved_exception (dispatcher.hpp).
+  dispatch_future& operator=(dispatch_future&& other) noexcept {
+    if (this != &other) {
+      drop();
+      submission_ = std::move(other.submission_);
+    }
+    return *this;
+  }
+  ~dispatch_future() { drop(); }
 
   bool valid() const noexcept { return static_cast<bool>(submission_); }
   bool is_ready() const { return checked()->is_complete(); }
@@ -320,6 +343,8 @@ class [[nodiscard]] dispatch_future {
     if (on_worker_thread()) throw usage_error("spindle: dispatch_future::wait() on a worker thread");
     submission_->wait();
   }
+  // The value; or the body's exception rethrown (it is then observed: never reported to
+  // on_unobserved_exception); or task_cancelled. usage_error on an empty future or a worker.
   T get() {
     wait();
     detail::submission_ref s = std::move(submission_);
@@ -345,6 +370,11 @@ class [[nodiscard]] dispatch_future {
 
  private:
   static bool on_worker_thread() noexcept { return detail::on_worker_thread(); }
+  void drop() noexcept {
+    if (!submission_) return;
+    submission_->future_dropped();
+    submission_ = detail::submission_ref();
+  }
   detail::submission_base* checked() const {
     if (!submission_) throw usage_error("spindle: empty dispatch_future (already consumed or moved from)");
     return submission_.get();

@@ -2,9 +2,14 @@
 // the operation in flight, with_timeout works) and runs on the reactor of the executor running
 // the task (core/reactor.hpp, io/io_wait.hpp).
 //
-// Errors: std::system_error carrying the errno (std::system_category()), the same everywhere;
-// end of stream is not an error (read returns 0, read_exact throws
-// std::system_error(ECONNRESET-style) only if the stream ends early: see each call).
+// Errors (the vocabulary of core/errors.hpp): what the kernel refuses is std::system_error
+// carrying the errno (std::system_category()), the same everywhere (an operation on a closed or
+// moved-from socket included: EBADF, as the system call would say); end of stream is not an
+// error (read returns 0, read_exact throws std::system_error(ECONNRESET-style) only if the
+// stream ends early: see each call). A malformed argument spindle checks itself (an address
+// that does not parse, the unspecified endpoint{} given to connect/bind/send_to) is
+// spindle::usage_error, thrown before any system call, as in every other module (it is a
+// std::invalid_argument, which these calls threw before).
 // Cancellation: task_cancelled, as for every other wait.
 // Objects own their file descriptor (closed by close() or, synchronously, by the destructor);
 // they are movable, not copyable. Using one from two tasks at once is allowed for one reader plus
@@ -21,6 +26,7 @@
 #include <string>
 #include <string_view>
 
+#include "spindle/core/errors.hpp"
 #include "spindle/task/task.hpp"
 
 namespace spindle::net {
@@ -30,12 +36,12 @@ class endpoint {
  public:
   endpoint() = default;
   // Parses a numeric IPv4 or IPv6 address ("127.0.0.1", "::1", "0.0.0.0", "fe80::1"); throws
-  // std::invalid_argument on anything else (host names, ports, brackets, empty text).
+  // usage_error on anything else (host names, ports, brackets, empty text).
   endpoint(std::string_view address, std::uint16_t port);
   static endpoint loopback_v4(std::uint16_t port);
   static endpoint any_v4(std::uint16_t port);
-  // Copies an AF_INET / AF_INET6 address; std::invalid_argument for null, another family or a
-  // length too short for the family.
+  // Copies an AF_INET / AF_INET6 address; usage_error for null, another family or a length too
+  // short for the family.
   static endpoint from_native(const sockaddr* address, socklen_t length);
 
   std::uint16_t port() const noexcept;
@@ -61,7 +67,8 @@ class tcp_stream {
   tcp_stream& operator=(tcp_stream&& other) noexcept;
   ~tcp_stream();
 
-  // Connects a new socket to `remote` (std::system_error, e.g. ECONNREFUSED, on failure).
+  // Connects a new socket to `remote` (std::system_error, e.g. ECONNREFUSED, on failure;
+  // usage_error for the unspecified endpoint{}).
   static task<tcp_stream> connect(endpoint remote);
 
   // Reads at most buffer.size() bytes; 0 means the peer closed its side (an empty buffer also
@@ -99,7 +106,7 @@ class tcp_listener {
   ~tcp_listener();
 
   // socket + SO_REUSEADDR + bind + listen; port 0 picks a free port (see local_endpoint()).
-  // Synchronous (usable from plain threads too).
+  // Synchronous (usable from plain threads too). usage_error for the unspecified endpoint{}.
   static tcp_listener bind(endpoint local, int backlog = 1024);
 
   // Waits for a connection. When the process is out of file descriptors (EMFILE/ENFILE) it
@@ -122,9 +129,10 @@ class udp_socket {
   udp_socket& operator=(udp_socket&& other) noexcept;
   ~udp_socket();
 
-  // socket + bind; port 0 picks a free port. Synchronous.
+  // socket + bind; port 0 picks a free port. Synchronous. usage_error for endpoint{}.
   static udp_socket bind(endpoint local);
 
+  // Sends one datagram; usage_error for the unspecified endpoint{}, system_error otherwise.
   task<std::size_t> send_to(std::span<const std::byte> datagram, endpoint remote);
   // Receives one datagram (truncated to buffer.size()); returns the bytes stored in buffer, the
   // sender, and whether the datagram was longer than the buffer (the rest is discarded).

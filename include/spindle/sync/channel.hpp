@@ -4,7 +4,8 @@
 //   co_await ch.send(42);                     // suspends while the buffer is full
 //   std::optional<int> v = co_await ch.receive();  // suspends while empty; nullopt once
 //                                                  // closed and drained
-//   ch.try_send(std::move(x)); ch.try_receive(); ch.close();
+//   if (!ch.try_send(std::move(x))) ...       // channel_send_status: sent / full / closed
+//   ch.try_receive(); ch.close();
 //
 // Design
 //   State, under the primitive lock (a stripe, see sync/wait_queue.hpp): the ring `buffer_`
@@ -20,9 +21,14 @@
 //   keeps "a send completed" equal to "the item is in the channel".
 //   Close: idempotent. Every waiting receiver (the buffer is empty then) completes with
 //   nullopt; every waiting sender completes with channel_closed thrown, its item not sent
-//   (destroyed with the awaiter); later sends throw channel_closed. Items already in the
+//   (destroyed with the awaiter); later sends throw channel_closed; later try_sends return
+//   channel_send_status::closed, the item left with the caller. Items already in the
 //   buffer stay there and are received normally; receive returns nullopt only once the
 //   channel is closed AND drained. A send that returned before close() is never lost.
+//   Errors (the vocabulary of core/errors.hpp): the end of the stream is an empty optional,
+//   never an exception; a send that cannot deliver throws channel_closed; the try_ calls
+//   never throw for the channel's state (full/empty/closed are results); misuse (capacity 0,
+//   awaiting outside a task) is usage_error.
 //   Cancellation: a queued receiver is unlinked without taking an item; a queued sender is
 //   unlinked and its item is not sent. A waiter already completed keeps its outcome (a woken
 //   receiver returns its item; the cancel hits its next wait).
@@ -37,6 +43,7 @@
 
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,6 +54,35 @@
 #include "spindle/sync/wait_queue.hpp"
 
 namespace spindle {
+
+// What channel::try_send did: the item was sent, or it was not because the buffer is full (the
+// same call may succeed later) or because the channel is closed (no call ever will). In both
+// failures the item is left with the caller. Contextually true when sent, so
+// `if (ch.try_send(std::move(x)))` and `while (!ch.try_send(...))` read as before; compare with
+// channel_send_status::full / ::closed to tell the failures apart.
+class channel_send_status {
+ public:
+  enum kind : std::uint8_t { sent, full, closed };
+  constexpr channel_send_status(kind k) noexcept : kind_(k) {}  // NOLINT: implicit on purpose
+  constexpr kind value() const noexcept { return kind_; }
+  constexpr explicit operator bool() const noexcept { return kind_ == sent; }
+  constexpr bool is_full() const noexcept { return kind_ == full; }
+  constexpr bool is_closed() const noexcept { return kind_ == closed; }
+  friend constexpr bool operator==(channel_send_status a, channel_send_status b) noexcept {
+    return a.kind_ == b.kind_;
+  }
+
+ private:
+  kind kind_;
+};
+constexpr const char* to_string(channel_send_status status) noexcept {
+  switch (status.value()) {
+    case channel_send_status::sent: return "sent";
+    case channel_send_status::full: return "full";
+    case channel_send_status::closed: return "closed";
+  }
+  return "?";
+}
 
 template <class T>
 class channel {
@@ -122,20 +158,24 @@ class channel {
   }
 
   // co_await ch.send(item): waits while full; throws channel_closed if closed (before or
-  // while waiting). Inside a spawned task only (unless it completes at once).
+  // while waiting: the item could not be delivered, and is destroyed). Inside a spawned task
+  // only (usage_error otherwise, unless it completes at once).
   send_awaiter send(T item) { return send_awaiter(*this, std::move(item)); }
-  // co_await ch.receive() -> optional<T>: waits while empty; nullopt once closed and drained.
+  // co_await ch.receive() -> optional<T>: waits while empty; nullopt once closed and drained
+  // (the end of the stream, not an error: it never throws channel_closed).
   receive_awaiter receive() noexcept { return receive_awaiter(*this); }
 
-  // Sends without waiting: true if sent; false if full, and then `item` is left untouched.
-  // Throws channel_closed if closed. Usable from any thread.
-  bool try_send(T&& item) {
+  // Sends without waiting; never throws for the channel's state. `sent`; or `full` / `closed`,
+  // and then `item` is left untouched with the caller. Contextually true only when sent.
+  // Usable from any thread. (Only T's move constructor may throw.)
+  channel_send_status try_send(T&& item) {
     detail::wake_list to_wake;  // before the guard: wakes after unlocking
     std::lock_guard guard(state_lock());
-    if (closed_) throw channel_closed();
-    return offer_locked(item, to_wake);
+    if (closed_) return channel_send_status::closed;
+    return offer_locked(item, to_wake) ? channel_send_status::sent : channel_send_status::full;
   }
-  // Receives without waiting: an item, or nullopt if none is buffered (see is_closed()).
+  // Receives without waiting: an item, or nullopt if none is buffered: empty and closed are
+  // both nullopt here (is_closed() tells them apart); never throws for the channel's state.
   std::optional<T> try_receive() {
     std::optional<T> item;
     detail::wake_list to_wake;  // before the guard: wakes after unlocking

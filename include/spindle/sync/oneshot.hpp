@@ -21,6 +21,11 @@
 //   second time throws usage_error. Cancellation: a task cancelled while waiting gets
 //   task_cancelled and the value, if it comes later, stays in the state for another receive.
 //   Lock order: task lock before `state.lock`; wakes and notifies happen after unlocking.
+//   Errors (the vocabulary of core/errors.hpp): a oneshot is a promise, not a stream, so a
+//   sender gone without sending is a value that can never be delivered: channel_closed, as a
+//   send into a closed channel (and as std::future's broken_promise, Tokio's RecvError); there
+//   is no "end of stream" to report as an empty optional. Misuse (second send, second receive,
+//   an empty handle, blocking_receive on a worker) is usage_error.
 #pragma once
 
 #include <atomic>
@@ -167,13 +172,16 @@ class oneshot_receiver {
   ~oneshot_receiver() { reset(); }
 
   bool valid() const noexcept { return state_ != nullptr; }
-  // co_await rx -> T. Inside a spawned task only (unless the value is already there).
-  // The receiver must outlive the await (co_await on a temporary receiver is fine).
+  // co_await rx -> T. Throws channel_closed if the sender was destroyed without sending,
+  // usage_error if the value was already received or the handle is empty. Inside a spawned
+  // task only (unless the value is already there). The receiver must outlive the await
+  // (co_await on a temporary receiver is fine).
   awaiter operator co_await() & { return awaiter(checked()); }
   awaiter operator co_await() && { return awaiter(checked()); }
 
-  // Blocks a plain thread until the value (or the sender's drop) arrives. usage_error on a
-  // worker thread of a runtime (it would block an executor: co_await instead).
+  // Blocks a plain thread until the value (or the sender's drop) arrives; the same outcomes as
+  // co_await (channel_closed, usage_error). usage_error on a worker thread of a runtime (it
+  // would block an executor: co_await instead).
   T blocking_receive() {
     state_type& state = checked();
     if (detail::on_worker_thread()) {

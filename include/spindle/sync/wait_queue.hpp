@@ -56,13 +56,8 @@
 
 namespace spindle {
 
-// A channel or oneshot can no longer deliver: sending on a closed channel, or receiving from a
-// oneshot whose sender was destroyed without sending.
-class channel_closed : public std::runtime_error {
- public:
-  channel_closed() : std::runtime_error("spindle: channel closed") {}
-  using std::runtime_error::runtime_error;
-};
+// channel_closed (a channel or oneshot can no longer deliver) is in core/errors.hpp, with the
+// rest of the error vocabulary.
 
 namespace detail {
 
