@@ -78,7 +78,9 @@ struct supervised_child {
   std::vector<std::string> depends_on;  // names of children that must be started first
   child_placement placement;
   // How long the child may take to be down after its stop request before it is killed (a
-  // stop request is handled after the messages queued before it). Zero: killed at once.
+  // stop request is handled after the messages queued before it). Zero: killed at once. A
+  // child that is a supervisor stops its own children first: give it the sum of theirs (once
+  // killed, it sends the rest of its children their stop requests all together).
   std::chrono::milliseconds stop_timeout{5000};
   // Spawns the child with these options (placement resolved) and returns its handle.
   std::function<actor_handle(const spawn_options&)> start;
