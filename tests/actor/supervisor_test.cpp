@@ -3,6 +3,8 @@
 // in supervision_plan_test.cpp; here every decision must be carried out in the predicted order.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -442,8 +444,11 @@ TEST(Supervisor, AChildThatNeverStopsIsKilledAfterItsStopTimeout) {
   auto sup = spindle::spawn_supervisor(rt, std::move(spec));
   log.wait_for(3);
   auto down = spindle::monitor_actor(sup);
+  const auto asked = std::chrono::steady_clock::now();
   sup.stop(exit_kind::shutdown);
   EXPECT_EQ(down.blocking_receive().kind, exit_kind::shutdown);
+  // Killed by the timer, not before it (a lower bound: never flaky under load).
+  EXPECT_GE(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(20));
   EXPECT_EQ(log.wait_for(7),
             (std::vector<std::string>{"start:db", "start:stubborn", "start:web", "stop:web",
                                       "ignored", "halted:stubborn:killed", "stop:db"}));
@@ -501,6 +506,63 @@ TEST(Supervisor, NestedSupervisorsStopDepthFirstInReverseOrder) {
     (void)child_handle(rt, inner.as<spindle::supervisor_message>(), "leaf2");
   }
   EXPECT_EQ(stops_in(log.wait_for(8)), expected) << "runtime shutdown";
+}
+
+
+// A supervisor stopped while its children crash and restart: it still stops every child and
+// halts, and every incarnation started ends exactly once (no restart after the stop request, no
+// child left running, none told twice).
+struct counted_worker {
+  using message_type = int;
+  std::atomic<int>* ends;
+  void receive(int value) {
+    if (value < 0) throw std::runtime_error("counted worker crashed on purpose");
+  }
+  void on_stop(const spindle::exit_reason&) { ends->fetch_add(1); }
+};
+
+TEST(Supervisor, StoppedWhileChildrenCrashEveryIncarnationEndsOnce) {
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> starts{0};
+    std::atomic<int> ends{0};
+    {
+      runtime rt({.workers = 2});
+      supervisor_spec spec;
+      spec.pattern = round % 2 == 0 ? restart_pattern::one : restart_pattern::all;
+      spec.limit = restart_limit::unlimited();
+      for (int i = 0; i < 5; ++i) {
+        supervised_child c;
+        c.name = "w" + std::to_string(i);
+        if (i > 0) c.depends_on = {"w" + std::to_string(i - 1)};
+        c.start = [&](const spawn_options& options) {
+          starts.fetch_add(1);
+          return actor_handle(spindle::spawn_actor_here<counted_worker>(options, &ends));
+        };
+        spec.children.push_back(std::move(c));
+      }
+      auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+      auto down = spindle::monitor_actor(sup);
+      std::atomic<bool> stop_crashing{false};
+      std::thread crasher([&] {
+        std::uint32_t n = 0;
+        while (!stop_crashing.load()) {
+          try {
+            actor_handle h = child_handle(rt, sup, "w" + std::to_string(n++ % 5));
+            if (h) h.as<int>().send(-1);
+          } catch (const std::exception&) {
+            return;  // the supervisor has halted: asks are refused
+          }
+        }
+      });
+      while (starts.load() < 5 + 10) std::this_thread::yield();  // some restarts happened
+      sup.stop();
+      EXPECT_EQ(down.blocking_receive().kind, exit_kind::normal) << "round " << round;
+      stop_crashing.store(true);
+      crasher.join();
+      EXPECT_EQ(ends.load(), starts.load()) << "round " << round;
+    }
+    EXPECT_EQ(ends.load(), starts.load()) << "round " << round << " after shutdown";
+  }
 }
 
 }  // namespace
