@@ -154,12 +154,12 @@ actor_links& links_of(actor_cell& cell) {
   return *existing;
 }
 
-// The target has halted (the caller saw Halted or `closed`, so final_reason is written and
+// The target has halted (the caller saw Halted or `closed`, so halt_reason is written and
 // visible): the watcher is told its real exit reason, as if it had watched in time.
 void notify_now(actor_cell& watcher, const actor_cell& target, std::uint64_t monitor_id) {
   const envelope_kind kind = monitor_id == 0 ? envelope_kind::exit : envelope_kind::down;
   push_system_message(watcher,
-                      new notification_envelope(kind, target.id, monitor_id, target.final_reason));
+                      new notification_envelope(kind, target.id, monitor_id, target.halt_reason));
 }
 
 bool has_link(const actor_links& links, const actor_cell& watcher) noexcept {
@@ -249,8 +249,8 @@ void add_exit_callback(actor_cell& target, exit_callback* callback) {
       callback = nullptr;
     }
   }
-  if (callback != nullptr) {  // closed: halted, final_reason written before
-    callback->deliver(callback, target.final_reason);
+  if (callback != nullptr) {  // closed: halted, halt_reason written before
+    callback->deliver(callback, target.halt_reason);
     return;
   }
   // The same window as add_watch's (see there): halted before its links existed.
@@ -268,7 +268,7 @@ void add_exit_callback(actor_cell& target, exit_callback* callback) {
       }
     }
   }
-  if (taken_back != nullptr) taken_back->deliver(taken_back, target.final_reason);
+  if (taken_back != nullptr) taken_back->deliver(taken_back, target.halt_reason);
 }
 
 }  // namespace actor_detail

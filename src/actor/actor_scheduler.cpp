@@ -262,7 +262,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
             cell->vtable->handle(*cell, *message);
           } else if (note.reason.is_abnormal()) {
             cell->stop_requested = true;
-            cell->pending_exit = exit_reason{exit_kind::linked, note.reason.error};
+            cell->halt_reason = exit_reason{exit_kind::linked, note.reason.error};
           }
           break;
         }
@@ -273,12 +273,12 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
             break;
           }
           cell->stop_requested = true;
-          cell->pending_exit = note.reason;
+          cell->halt_reason = note.reason;
           break;
         }
         case envelope_kind::kill:
           cell->stop_requested = true;
-          cell->pending_exit = exit_reason{exit_kind::killed, {}};
+          cell->halt_reason = exit_reason{exit_kind::killed, {}};
           break;
       }
     } catch (...) {
@@ -307,7 +307,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     }
     if (cell->stop_requested) {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
-      halt(cell, std::move(cell->pending_exit), true);
+      halt(cell, std::move(cell->halt_reason), true);
       return;
     }
     if (cut_for_woken) break;
@@ -564,9 +564,9 @@ void actor_scheduler::adopt(actor_cell* cell, adopt_mode mode) noexcept {
 void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) noexcept {
   // Kept for watches placed from now on (actor_cell.hpp, "The exit reason"): written before
   // the state store below publishes Halted.
-  cell->final_reason = reason;
+  cell->halt_reason = reason;
   // seq_cst: after this, senders' wake_if_receiving never schedules the actor again; and
-  // whoever sees Halted sees final_reason.
+  // whoever sees Halted sees halt_reason.
   cell->state.store(actor_state::halted, std::memory_order_seq_cst);
   // acq_rel: closes the mailbox (later pushes fail, invariant X) and takes what was queued.
   envelope* pending = cell->mailbox.exchange(actor_detail::closed_mailbox, std::memory_order_acq_rel);

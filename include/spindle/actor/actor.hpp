@@ -283,7 +283,7 @@ class actor_context {
   // Halts normally once this handler returns.
   void stop(exit_kind reason = exit_kind::normal) noexcept {
     cell_.stop_requested = true;
-    cell_.pending_exit = exit_reason{reason, {}};
+    cell_.halt_reason = exit_reason{reason, {}};
   }
   std::uint32_t executor_index() const noexcept {
     return cell_.home.load(std::memory_order_relaxed);  // relaxed: the owner's own field

@@ -30,10 +30,11 @@
 // mailbox; a sender's push is followed by a seq_cst load of the state (CAS seq_cst): Dekker, so
 // either the owner's re-check sees the envelope or the sender sees Receiving and wakes it.
 //
-// The exit reason outlives the actor: `final_reason` is written by the owner before the state
-// store that makes the actor Halted (seq_cst), and read only by whoever saw Halted (or the
-// links `closed`, set after that store): a watch placed after the halt reports the real reason,
-// for as long as a reference keeps the cell (issue 14, item 8).
+// The exit reason outlives the actor: `halt_reason` (owner-only while the actor runs) is
+// written by the owner for the last time before the state store that makes the actor Halted
+// (seq_cst), and read by watchers only once they saw Halted (or the links `closed`, set after
+// that store): a watch placed after the halt reports the real reason, for as long as a
+// reference keeps the cell (issue 14, item 8). Reusing the field costs no cell size.
 //
 // Lifetime: `references` counts actor refs, one held by the actor system from spawn until the
 // actor halted and left its home executor's lists, one per adopt message in flight (the actor
@@ -152,7 +153,7 @@ struct watch_entry {
 };
 
 // Links and monitors of one actor; allocated on first use. `closed` once the actor halted:
-// later link/monitor calls get a notification at once, with the actor's final_reason.
+// later link/monitor calls get a notification at once, with the actor's halt_reason.
 struct actor_links {
   std::mutex lock;
   std::vector<watch_entry> watchers;  // who is told when this actor halts
@@ -201,9 +202,9 @@ struct actor_cell {
   bool ever_homed = false;       // some scheduler homed it once (stale spawn adopts are ignored)
   bool woken_in_place = false;   // timed out, and woken since (counted in the wheel's load)
   bool stop_requested = false;   // handled after the current message
-  exit_reason pending_exit;      // why it halts, when stop_requested
-  // --- written once by the owner before Halted, read after (see "The exit reason") ----------
-  exit_reason final_reason;
+  // Why it halts, when stop_requested; once Halted, why it halted: the owner writes it last
+  // before the Halted store and never again, watchers read it after (see "The exit reason").
+  exit_reason halt_reason;
   // Charged by the running handler beyond the one reduction per message (actor_context).
   std::uint32_t extra_charge = 0;
 
