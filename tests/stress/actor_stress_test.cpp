@@ -863,9 +863,8 @@ struct race_watcher {
   watch_report report;
   std::unordered_set<std::uint64_t> open_monitors;
 
-  bool reason_ok(spindle::actor_id id, exit_kind kind) const {
-    return kind == exit_kind::no_actor || kind == reasons->get(id);
-  }
+  // A watch placed after the target halted is told its real reason too (issue 14, item 8).
+  bool reason_ok(spindle::actor_id id, exit_kind kind) const { return kind == reasons->get(id); }
 
   void receive(watcher_message& message, actor_context<watcher_message>& ctx) {
     if (auto* q = std::get_if<watch_query>(&message)) {
