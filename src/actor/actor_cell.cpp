@@ -154,10 +154,18 @@ actor_links& links_of(actor_cell& cell) {
   return *existing;
 }
 
+// The target has halted (the caller saw Halted or `closed`, so halt_reason is written and
+// visible): the watcher is told its real exit reason, as if it had watched in time.
 void notify_now(actor_cell& watcher, const actor_cell& target, std::uint64_t monitor_id) {
   const envelope_kind kind = monitor_id == 0 ? envelope_kind::exit : envelope_kind::down;
-  push_system_message(watcher, new notification_envelope(kind, target.id, monitor_id,
-                                                         exit_reason{exit_kind::no_actor, {}}));
+  push_system_message(watcher,
+                      new notification_envelope(kind, target.id, monitor_id, target.halt_reason));
+}
+
+bool has_link(const actor_links& links, const actor_cell& watcher) noexcept {
+  return std::any_of(links.watchers.begin(), links.watchers.end(), [&](const watch_entry& e) {
+    return e.watcher == &watcher && e.monitor_id == 0;
+  });
 }
 
 }  // namespace
@@ -170,6 +178,10 @@ void add_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor_id
       notify_now(watcher, target, monitor_id);
       return;
     }
+    // Links are a set: linked already (either side may have asked), nothing changes. Each side
+    // adds and removes its half of a link under its own lock, and a link is made or unmade only
+    // by a running handler of one of the two, so the halves agree when neither is halting.
+    if (monitor_id == 0 && has_link(links, watcher)) return;
     watcher.add_reference();
     links.watchers.push_back({&watcher, monitor_id});
   }
@@ -202,7 +214,7 @@ void add_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor_id
   // handler is running (actor_context::link), so it cannot halt meanwhile.
   actor_links& back = links_of(watcher);
   std::lock_guard guard(back.lock);
-  if (!back.closed) {
+  if (!back.closed && !has_link(back, target)) {
     target.add_reference();
     back.watchers.push_back({&target, 0});
   }
@@ -226,6 +238,37 @@ void remove_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor
   };
   erase(target, watcher, monitor_id);
   if (monitor_id == 0) erase(watcher, target, 0);
+}
+
+void add_exit_callback(actor_cell& target, exit_callback* callback) {
+  actor_links& links = links_of(target);
+  {
+    std::lock_guard guard(links.lock);
+    if (!links.closed) {
+      links.watchers.push_back({nullptr, 0, callback});
+      callback = nullptr;
+    }
+  }
+  if (callback != nullptr) {  // closed: halted, halt_reason written before
+    callback->deliver(callback, target.halt_reason);
+    return;
+  }
+  // The same window as add_watch's (see there): halted before its links existed.
+  if (target.state.load(std::memory_order_seq_cst) != actor_state::halted) return;
+  exit_callback* taken_back = nullptr;
+  {
+    std::lock_guard guard(links.lock);
+    if (!links.closed) {
+      auto it = std::find_if(links.watchers.begin(), links.watchers.end(),
+                             [&](const watch_entry& e) { return e.callback != nullptr; });
+      // Any callback will do: every one registered here is owed the same notification.
+      if (it != links.watchers.end()) {
+        taken_back = it->callback;
+        links.watchers.erase(it);
+      }
+    }
+  }
+  if (taken_back != nullptr) taken_back->deliver(taken_back, target.halt_reason);
 }
 
 }  // namespace actor_detail

@@ -3,6 +3,7 @@
 #include "spindle/actor/actor_scheduler.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "spindle/core/clock.hpp"
@@ -261,19 +262,23 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
             cell->vtable->handle(*cell, *message);
           } else if (note.reason.is_abnormal()) {
             cell->stop_requested = true;
-            cell->pending_exit = exit_reason{exit_kind::linked, note.reason.error};
+            cell->halt_reason = exit_reason{exit_kind::linked, note.reason.error};
           }
           break;
         }
         case envelope_kind::stop: {
           auto& note = static_cast<actor_detail::notification_envelope&>(*message);
+          if (cell->vtable->intercepts_stop) {
+            cell->vtable->handle(*cell, *message);  // it halts when it says so (ctx.stop)
+            break;
+          }
           cell->stop_requested = true;
-          cell->pending_exit = note.reason;
+          cell->halt_reason = note.reason;
           break;
         }
         case envelope_kind::kill:
           cell->stop_requested = true;
-          cell->pending_exit = exit_reason{exit_kind::killed, {}};
+          cell->halt_reason = exit_reason{exit_kind::killed, {}};
           break;
       }
     } catch (...) {
@@ -302,7 +307,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     }
     if (cell->stop_requested) {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
-      halt(cell, std::move(cell->pending_exit), true);
+      halt(cell, std::move(cell->halt_reason), true);
       return;
     }
     if (cut_for_woken) break;
@@ -557,7 +562,11 @@ void actor_scheduler::adopt(actor_cell* cell, adopt_mode mode) noexcept {
 }
 
 void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) noexcept {
-  // seq_cst: after this, senders' wake_if_receiving never schedules the actor again.
+  // Kept for watches placed from now on (actor_cell.hpp, "The exit reason"): written before
+  // the state store below publishes Halted.
+  cell->halt_reason = reason;
+  // seq_cst: after this, senders' wake_if_receiving never schedules the actor again; and
+  // whoever sees Halted sees halt_reason.
   cell->state.store(actor_state::halted, std::memory_order_seq_cst);
   // acq_rel: closes the mailbox (later pushes fail, invariant X) and takes what was queued.
   envelope* pending = cell->mailbox.exchange(actor_detail::closed_mailbox, std::memory_order_acq_rel);
@@ -583,6 +592,11 @@ void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) no
       watchers.swap(links->watchers);
     }
     for (const actor_detail::watch_entry& entry : watchers) {
+      if (entry.callback != nullptr) {
+        // A task's monitor: told even at shutdown (a plain thread may be waiting on it).
+        entry.callback->deliver(entry.callback, reason);
+        continue;
+      }
       if (entry.monitor_id == 0) actor_detail::remove_watch(*entry.watcher, *cell, 0);
       if (notify) {
         const envelope_kind kind = entry.monitor_id == 0 ? envelope_kind::exit : envelope_kind::down;
@@ -603,6 +617,17 @@ void actor_scheduler::adopt_orphan_for_shutdown(actor_cell* cell) noexcept {
   // actor ever homed, as a migrating one was (it left its old home's list in hand_over).
   if (cell->homed || cell->where == placement::halted) return;
   add_homed(cell);
+}
+
+void actor_scheduler::halt_for_shutdown(actor_cell* cell) noexcept {
+  if (cell->where == placement::halted) return;
+  halt(cell, exit_reason{exit_kind::shutdown, {}}, false);
+}
+
+void actor_scheduler::collect_supervisors(std::vector<actor_cell*>& out) const {
+  for (actor_cell* cell = homed_head_; cell != nullptr; cell = cell->homed_next) {
+    if (cell->vtable->children_in_stop_order != nullptr) out.push_back(cell);
+  }
 }
 
 void actor_scheduler::halt_all_for_shutdown() noexcept {
@@ -716,25 +741,102 @@ void actor_system::add_orphan(actor_cell* cell) noexcept {
 void actor_system::shutdown() noexcept {
   // relaxed: shutdown runs once, on one thread, after the workers stopped.
   if (shut_down_.exchange(true, std::memory_order_relaxed)) return;
-  for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
-    // relaxed: the workers have stopped (runtime shutdown step 6); nothing races.
-    if (actor_scheduler* s = schedulers_[i].load(std::memory_order_relaxed)) {
-      s->halt_all_for_shutdown();
-    }
-  }
+  // Orphans first (step 1): an orphan's adopt message was discarded: adopt it into its home's
+  // scheduler (unless it halted meanwhile), so that every live actor is in a homed list.
   std::vector<actor_cell*> orphans;
   {
     std::lock_guard guard(orphans_mutex_);
     orphans.swap(orphans_);
   }
   for (actor_cell* cell : orphans) {
-    // An orphan's adopt message was discarded: adopt it into its home's scheduler (unless it
-    // halted meanwhile), halt it there, and drop the message's reference.
-    actor_scheduler& home = scheduler(cell->home.load(std::memory_order_relaxed));
-    home.adopt_orphan_for_shutdown(cell);
-    home.halt_all_for_shutdown();
-    cell->release();
+    scheduler(cell->home.load(std::memory_order_relaxed)).adopt_orphan_for_shutdown(cell);
   }
+  halt_supervision_trees();
+  for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
+    // relaxed: the workers have stopped (runtime shutdown step 6); nothing races.
+    if (actor_scheduler* s = schedulers_[i].load(std::memory_order_relaxed)) {
+      s->halt_all_for_shutdown();
+    }
+  }
+  for (actor_cell* cell : orphans) cell->release();  // the adopt messages' references
+}
+
+namespace {
+
+// Halts `cell` after its supervised children, depth first (a child supervisor's children before
+// it), each child after the one stopped before it: what a stopping supervisor does while
+// workers run (supervisor.hpp), done here on the shutdown thread, synchronously.
+void halt_tree(actor_system& system, actor_cell* cell) noexcept {
+  if (cell->where == placement::halted) return;
+  if (cell->vtable->children_in_stop_order != nullptr) {
+    std::vector<actor_cell*> children;
+    try {
+      cell->vtable->children_in_stop_order(*cell, children);
+    } catch (...) {
+      children.clear();  // out of memory: the children halt in the plain pass after this
+    }
+    // The supervisor's handles keep the children's cells alive until it halts, after them.
+    for (actor_cell* child : children) halt_tree(system, child);
+  }
+  system.scheduler(cell->home.load(std::memory_order_relaxed)).halt_for_shutdown(cell);
+}
+
+}  // namespace
+
+void actor_system::halt_supervision_trees() noexcept {
+  // The supervisors (every live actor is in a homed list now), and among them the top-level
+  // ones: those no other supervisor runs. The newest tree halts first (reverse spawn order).
+  std::vector<actor_cell*> supervisors;
+  std::vector<actor_cell*> supervised;
+  try {
+    for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
+      // relaxed: the workers have stopped; nothing races.
+      if (actor_scheduler* s = schedulers_[i].load(std::memory_order_relaxed)) {
+        s->collect_supervisors(supervisors);
+      }
+    }
+    for (actor_cell* supervisor : supervisors) {
+      supervisor->vtable->children_in_stop_order(*supervisor, supervised);
+    }
+  } catch (...) {
+    return;  // out of memory: every actor halts in the plain pass, in no particular order
+  }
+  std::sort(supervised.begin(), supervised.end());
+  std::sort(supervisors.begin(), supervisors.end(),
+            [](const actor_cell* a, const actor_cell* b) { return a->id > b->id; });
+  for (actor_cell* supervisor : supervisors) {
+    if (!std::binary_search(supervised.begin(), supervised.end(), supervisor)) {
+      halt_tree(*this, supervisor);
+    }
+  }
+}
+
+void actor_system::set_supervisor_failure_hook(supervisor_failure_hook hook) {
+  std::lock_guard guard(failure_hook_mutex_);
+  failure_hook_ = std::move(hook);
+}
+
+void actor_system::report_supervisor_failure(const supervisor_failure& failure) noexcept {
+  try {
+    supervisor_failure_hook hook;
+    {
+      std::lock_guard guard(failure_hook_mutex_);
+      hook = failure_hook_;  // a copy: the hook runs unlocked (it may set another)
+    }
+    if (hook) {
+      hook(failure);
+    } else {
+      log_supervisor_failure(failure);
+    }
+  } catch (...) {
+    // The report is best effort: the supervisor halts (escalates) whatever happens here.
+  }
+}
+
+void actor_system::log_supervisor_failure(const supervisor_failure& failure) noexcept {
+  std::fprintf(stderr, "spindle: supervisor %llu gave up (child '%s'): %s\n",
+               static_cast<unsigned long long>(failure.supervisor), failure.child.c_str(),
+               failure.description.c_str());
 }
 
 std::uint64_t actor_system::live_cells() noexcept {

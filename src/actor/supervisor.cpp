@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "spindle/core/runtime_core.hpp"
+#include "spindle/task/runtime.hpp"
+#include "spindle/time/sleep.hpp"
 
 namespace spindle {
 namespace {
@@ -28,8 +30,17 @@ class supervisor_behaviour {
 
   void receive(supervisor_message& message, context& ctx) {
     if (auto* failed = std::get_if<supervisor_child_start_failed>(&message)) {
+      if (stopping_) return;  // nothing restarts any more
       exits_.emplace_back(failed->child, child_outcome::crashed);
       run(ctx);
+      return;
+    }
+    if (auto* timed_out = std::get_if<supervisor_stop_timed_out>(&message)) {
+      // Still waiting for that stop: the child had its time; kill is untrappable.
+      if (awaiting_stop_ == timed_out->child && timed_out->stop == stops_sent_ &&
+          children_[timed_out->child]) {
+        children_[timed_out->child].kill();
+      }
       return;
     }
     auto& query = std::get<supervisor_query>(message);
@@ -45,7 +56,11 @@ class supervisor_behaviour {
     children_[child] = actor_handle{};
     if (awaiting_stop_ == child) {
       awaiting_stop_.reset();
-    } else {
+      if (stop_timer_.valid()) {
+        stop_timer_.cancel();  // it would find nothing to kill; let it end now
+        stop_timer_ = join_handle<void>{};
+      }
+    } else if (!stopping_) {
       // Graceful ends (normal, or a shutdown someone else asked for) are normal outcomes.
       const bool graceful =
           down.reason.kind == exit_kind::normal || down.reason.kind == exit_kind::shutdown;
@@ -54,7 +69,28 @@ class supervisor_behaviour {
     run(ctx);
   }
 
-  // Halting (escalation, a stop request, the runtime shutting down): stop what still runs.
+  // A stop request: stop the running children in stop order, one at a time, then halt with
+  // the reason asked for (header: "Stopping"). Decisions still pending are dropped.
+  void on_stop_request(const exit_reason& reason, context& ctx) {
+    if (stopping_) return;
+    stopping_ = true;
+    stop_reason_ = reason.kind;
+    actions_.clear();
+    exits_.clear();
+    for (std::size_t child : plan_.stop_order()) actions_.push_back({action::kind::stop, child});
+    actions_.push_back({action::kind::halt, 0});
+    run(ctx);
+  }
+
+  // Runtime shutdown (no worker runs): the children it runs, in stop order.
+  void children_in_stop_order(std::vector<actor_detail::actor_cell*>& out) const {
+    for (std::size_t child : plan_.stop_order()) {
+      if (children_[child]) out.push_back(children_[child].cell());
+    }
+  }
+
+  // Halting by kill, by a crash of its own, or at runtime shutdown: anything still running is
+  // sent its stop request (normally nothing: a stop request and giving up stop them first).
   void on_stop(const exit_reason&) {
     for (std::size_t child : plan_.stop_order()) {
       if (children_[child]) children_[child].stop(exit_kind::shutdown);
@@ -63,13 +99,13 @@ class supervisor_behaviour {
 
  private:
   struct action {
-    enum class kind : std::uint8_t { stop, start, escalate } what;
+    enum class kind : std::uint8_t { stop, start, escalate, halt } what;
     std::size_t child;
   };
 
   // Performs pending actions, then decides queued exits, until it must wait for a stop.
   void run(context& ctx) {
-    while (!awaiting_stop_) {
+    while (!awaiting_stop_ && !halting_) {
       if (!actions_.empty()) {
         const action next = actions_.front();
         actions_.pop_front();
@@ -103,13 +139,21 @@ class supervisor_behaviour {
         if (queued != exits_.end()) exits_.erase(queued);
         if (!children_[a.child]) return;
         awaiting_stop_ = a.child;
-        children_[a.child].stop(exit_kind::shutdown);
+        ++stops_sent_;
+        send_stop(a.child, ctx);
         return;
       }
+      case action::kind::halt:
+        halting_ = true;
+        ctx.stop(stop_reason_);
+        return;
       case action::kind::start:
         start_child(a.child, ctx);
         return;
       case action::kind::escalate:
+        // Reported first: a top-level supervisor has no supervisor to see the crash.
+        ctx.system().report_supervisor_failure(
+            {ctx.id(), plan_.child(a.child).name, escalation_});
         throw supervisor_escalation(escalation_);  // a crash: our supervisor sees it
     }
   }
@@ -130,6 +174,28 @@ class supervisor_behaviour {
     }
   }
 
+  // The stop request, and the timer that kills the child if it is not down in time.
+  void send_stop(std::size_t child, context& ctx) {
+    const std::chrono::milliseconds timeout = spec_.children[child].stop_timeout;
+    if (timeout.count() <= 0) {
+      children_[child].kill();
+      return;
+    }
+    children_[child].stop(exit_kind::shutdown);
+    try {
+      stop_timer_ = spindle::spawn(stop_timer(ctx.self(), child, stops_sent_, timeout));
+    } catch (...) {
+      children_[child].kill();  // no timer (out of memory, runtime stopping): no wait either
+    }
+  }
+
+  static task<void> stop_timer(supervisor_ref self, std::size_t child, std::uint64_t stop,
+                               std::chrono::milliseconds timeout) {
+    co_await sleep_for(timeout);
+    supervisor_message timed_out{supervisor_stop_timed_out{child, stop}};  // named: g++ 12
+    self.send(std::move(timed_out));
+  }
+
   static spawn_options resolve(const child_placement& placement) {
     spawn_options options;
     options.domain = domain_of(placement);
@@ -147,6 +213,11 @@ class supervisor_behaviour {
   std::deque<action> actions_;
   std::deque<std::pair<std::size_t, child_outcome>> exits_;
   std::optional<std::size_t> awaiting_stop_;
+  std::uint64_t stops_sent_ = 0;  // numbers the stop requests (a late timer finds a newer one)
+  join_handle<void> stop_timer_;  // of the stop awaited, if it has one
+  bool stopping_ = false;         // a stop request came: stop the children, then halt
+  bool halting_ = false;          // ctx.stop called: nothing more to do
+  exit_kind stop_reason_ = exit_kind::normal;
   std::string escalation_;
 };
 

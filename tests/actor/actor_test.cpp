@@ -196,7 +196,8 @@ TEST(Actor, MonitorSeesCrashWithItsException) {
   EXPECT_EQ(target.state(), actor_state::halted);
 }
 
-TEST(Actor, MonitoringAHaltedActorReportsNoActor) {
+// Issue 14, item 8: the real exit reason, kept by the cell (it was no_actor before).
+TEST(Actor, MonitoringAHaltedActorReportsItsExitReason) {
   runtime rt({.workers = 1});
   std::promise<spindle::down_message> down;
   auto target = spawn_actor<crasher>(rt);
@@ -204,7 +205,9 @@ TEST(Actor, MonitoringAHaltedActorReportsNoActor) {
   while (target.state() != actor_state::halted) std::this_thread::yield();
   auto w = spawn_actor<watcher>(rt, nullptr, &down);
   w.send(target);
-  EXPECT_EQ(down.get_future().get().reason.kind, exit_kind::no_actor);
+  const spindle::down_message d = down.get_future().get();
+  EXPECT_EQ(d.reason.kind, exit_kind::crashed);
+  EXPECT_EQ(d.source, target.id());
 }
 
 // Links: a crash halts a linked actor that does not trap exits (reason linked) and reaches

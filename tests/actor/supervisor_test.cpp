@@ -3,6 +3,8 @@
 // in supervision_plan_test.cpp; here every decision must be carried out in the predicted order.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -335,6 +337,232 @@ TEST(Supervisor, NestedSupervisorIsRestartedByItsParent) {
   crash(rt, inner_handle.as<spindle::supervisor_message>(), "leaf");  // the inner limit is 0: it escalates at once
   EXPECT_EQ(log.wait_for(4), (std::vector<std::string>{"start:inner", "start:leaf", "start:inner",
                                                        "start:leaf"}));
+}
+
+
+// Issue 14, item 7: a stopping supervisor stops its children in reverse start order, one at a
+// time: a child's stop request is sent only once the child stopped before it is down. "web" has
+// a backlog of messages ahead of its stop request (its stop takes many turns); if all stops went
+// out at once, cache and db (nothing queued) would halt first.
+TEST(Supervisor, StopsChildrenOneAtATimeInReverseStartOrder) {
+  event_log log;
+  runtime rt({.workers = 2});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "web", {"cache"}));
+  spec.children.push_back(child(log, "cache", {"db"}));
+  spec.children.push_back(child(log, "db"));
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(3);
+  actor_handle web = child_handle(rt, sup, "web");
+  ASSERT_TRUE(web);
+  for (int i = 0; i < 20000; ++i) web.as<int>().send(1);
+  sup.stop();
+  EXPECT_EQ(log.wait_for(6), (std::vector<std::string>{"start:db", "start:cache", "start:web",
+                                                       "stop:web", "stop:cache", "stop:db"}));
+}
+
+// Issue 14, item 7: runtime shutdown follows the supervision tree: a supervisor's children are
+// halted in reverse start order (not in the order the executors happen to list them).
+TEST(Supervisor, RuntimeShutdownStopsChildrenInReverseStartOrder) {
+  event_log log;
+  {
+    runtime rt({.workers = 2});
+    supervisor_spec spec;
+    // Spread over both executors (db on the first one): executor by executor is not the order.
+    spec.children.push_back(child(log, "db"));
+    spec.children.push_back(child(log, "web", {"cache"}));
+    spec.children.push_back(child(log, "cache", {"db"}));
+    spec.children[0].placement = spindle::child_placement::pinned_to(0);
+    spec.children[1].placement = spindle::child_placement::pinned_to(1);
+    spec.children[2].placement = spindle::child_placement::pinned_to(1);
+    auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+    log.wait_for(3);
+    (void)child_handle(rt, sup, "web");  // all three started and known to the supervisor
+  }
+  EXPECT_EQ(log.wait_for(6), (std::vector<std::string>{"start:db", "start:cache", "start:web",
+                                                       "stop:web", "stop:cache", "stop:db"}));
+}
+
+
+// Issue 14, item 8: a top-level supervisor that gives up does not halt silently: the actor
+// system's failure hook is called (before it halts), and a plain task awaiting its exit
+// (monitor_actor) sees the escalation.
+TEST(Supervisor, ATopLevelSupervisorGivingUpIsReported) {
+  event_log log;
+  runtime rt({.workers = 2});
+  std::promise<spindle::actor_system::supervisor_failure> reported;
+  spindle::actors_of(rt).set_supervisor_failure_hook(
+      [&](const spindle::actor_system::supervisor_failure& f) { reported.set_value(f); });
+  supervisor_spec spec;
+  spec.limit = restart_limit::at_most(0);
+  spec.children.push_back(child(log, "a"));
+  spec.children.push_back(child(log, "b", {"a"}));
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(2);
+  auto awaited = rt.spawn([](spindle::supervisor_ref s) -> spindle::task<spindle::exit_reason> {
+    co_return co_await spindle::monitor_actor(s);
+  }(sup));
+  crash(rt, sup, "b");
+  const spindle::actor_system::supervisor_failure f = reported.get_future().get();
+  EXPECT_EQ(f.supervisor, sup.id());
+  EXPECT_EQ(f.child, "b");
+  EXPECT_NE(f.description.find("restart limit"), std::string::npos) << f.description;
+  const spindle::exit_reason why = awaited.join();
+  EXPECT_EQ(why.kind, exit_kind::crashed);
+  EXPECT_NE(why.describe().find("restart limit"), std::string::npos) << why.describe();
+  EXPECT_EQ(log.wait_for(3), (std::vector<std::string>{"start:a", "start:b", "stop:a"}));
+}
+
+// A child that never stops (it keeps a stop request for itself and ignores it) is killed after
+// its stop timeout; the children before it in the stop order are stopped first, the ones after
+// it only once it is down; then the supervisor halts with the reason it was asked for.
+struct stubborn {
+  using message_type = int;
+  event_log* log;
+  void receive(int) {}
+  void on_stop_request(const spindle::exit_reason&, actor_context<int>&) { log->add("ignored"); }
+  void on_stop(const spindle::exit_reason& reason) {
+    log->add(std::string("halted:stubborn:") + spindle::to_string(reason.kind));
+  }
+};
+
+TEST(Supervisor, AChildThatNeverStopsIsKilledAfterItsStopTimeout) {
+  event_log log;
+  runtime rt({.workers = 2});
+  supervisor_spec spec;
+  spec.children.push_back(child(log, "db"));
+  supervised_child middle;
+  middle.name = "stubborn";
+  middle.depends_on = {"db"};
+  middle.stop_timeout = std::chrono::milliseconds(20);
+  middle.start = [&log](const spawn_options& options) {
+    log.add("start:stubborn");
+    return actor_handle(spindle::spawn_actor_here<stubborn>(options, &log));
+  };
+  spec.children.push_back(std::move(middle));
+  spec.children.push_back(child(log, "web", {"stubborn"}));
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(3);
+  auto down = spindle::monitor_actor(sup);
+  const auto asked = std::chrono::steady_clock::now();
+  sup.stop(exit_kind::shutdown);
+  EXPECT_EQ(down.blocking_receive().kind, exit_kind::shutdown);
+  // Killed by the timer, not before it (a lower bound: never flaky under load).
+  EXPECT_GE(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(20));
+  EXPECT_EQ(log.wait_for(7),
+            (std::vector<std::string>{"start:db", "start:stubborn", "start:web", "stop:web",
+                                      "ignored", "halted:stubborn:killed", "stop:db"}));
+}
+
+// Nested supervision, stopped from the top: the inner supervisor stops its own children (in
+// reverse order) when its parent stops it, before the parent goes on to what it started
+// earlier. Runtime shutdown follows the same tree.
+supervisor_spec nested_spec(event_log& log) {
+  supervisor_spec outer;
+  outer.children.push_back(child(log, "db"));
+  supervised_child inner;
+  inner.name = "inner";
+  inner.depends_on = {"db"};
+  inner.start = [&log](const spawn_options& options) {
+    supervisor_spec spec;
+    spec.children.push_back(child(log, "leaf1"));
+    spec.children.push_back(child(log, "leaf2", {"leaf1"}));
+    return actor_handle(spindle::spawn_supervisor_here(std::move(spec), options));
+  };
+  outer.children.push_back(std::move(inner));
+  outer.children.push_back(child(log, "web", {"inner"}));
+  return outer;
+}
+
+// The stops, in the order they happened (the inner supervisor starts its children in its own
+// first turn, so web may start before the leaves: only the stops are compared).
+std::vector<std::string> stops_in(const std::vector<std::string>& events) {
+  std::vector<std::string> stops;
+  for (const std::string& e : events) {
+    if (e.rfind("stop:", 0) == 0) stops.push_back(e);
+  }
+  return stops;
+}
+
+TEST(Supervisor, NestedSupervisorsStopDepthFirstInReverseOrder) {
+  const std::vector<std::string> expected{"stop:web", "stop:leaf2", "stop:leaf1", "stop:db"};
+  {
+    event_log log;
+    runtime rt({.workers = 2});
+    auto sup = spindle::spawn_supervisor(rt, nested_spec(log));
+    log.wait_for(4);
+    auto down = spindle::monitor_actor(sup);
+    sup.stop();
+    EXPECT_EQ(down.blocking_receive().kind, exit_kind::normal);
+    EXPECT_EQ(stops_in(log.wait_for(8)), expected) << "stopped";
+  }
+  event_log log;
+  {
+    runtime rt({.workers = 2});
+    auto sup = spindle::spawn_supervisor(rt, nested_spec(log));
+    log.wait_for(4);
+    (void)child_handle(rt, sup, "web");  // every child known to its supervisor
+    auto inner = child_handle(rt, sup, "inner");
+    (void)child_handle(rt, inner.as<spindle::supervisor_message>(), "leaf2");
+  }
+  EXPECT_EQ(stops_in(log.wait_for(8)), expected) << "runtime shutdown";
+}
+
+
+// A supervisor stopped while its children crash and restart: it still stops every child and
+// halts, and every incarnation started ends exactly once (no restart after the stop request, no
+// child left running, none told twice).
+struct counted_worker {
+  using message_type = int;
+  std::atomic<int>* ends;
+  void receive(int value) {
+    if (value < 0) throw std::runtime_error("counted worker crashed on purpose");
+  }
+  void on_stop(const spindle::exit_reason&) { ends->fetch_add(1); }
+};
+
+TEST(Supervisor, StoppedWhileChildrenCrashEveryIncarnationEndsOnce) {
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> starts{0};
+    std::atomic<int> ends{0};
+    {
+      runtime rt({.workers = 2});
+      supervisor_spec spec;
+      spec.pattern = round % 2 == 0 ? restart_pattern::one : restart_pattern::all;
+      spec.limit = restart_limit::unlimited();
+      for (int i = 0; i < 5; ++i) {
+        supervised_child c;
+        c.name = "w" + std::to_string(i);
+        if (i > 0) c.depends_on = {"w" + std::to_string(i - 1)};
+        c.start = [&](const spawn_options& options) {
+          starts.fetch_add(1);
+          return actor_handle(spindle::spawn_actor_here<counted_worker>(options, &ends));
+        };
+        spec.children.push_back(std::move(c));
+      }
+      auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+      auto down = spindle::monitor_actor(sup);
+      std::atomic<bool> stop_crashing{false};
+      std::thread crasher([&] {
+        std::uint32_t n = 0;
+        while (!stop_crashing.load()) {
+          try {
+            actor_handle h = child_handle(rt, sup, "w" + std::to_string(n++ % 5));
+            if (h) h.as<int>().send(-1);
+          } catch (const std::exception&) {
+            return;  // the supervisor has halted: asks are refused
+          }
+        }
+      });
+      while (starts.load() < 5 + 10) std::this_thread::yield();  // some restarts happened
+      sup.stop();
+      EXPECT_EQ(down.blocking_receive().kind, exit_kind::normal) << "round " << round;
+      stop_crashing.store(true);
+      crasher.join();
+      EXPECT_EQ(ends.load(), starts.load()) << "round " << round;
+    }
+    EXPECT_EQ(ends.load(), starts.load()) << "round " << round << " after shutdown";
+  }
 }
 
 }  // namespace

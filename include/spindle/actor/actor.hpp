@@ -5,7 +5,10 @@
 //     int total = 0;
 //     void receive(message_type& m, spindle::actor_context<message_type>& ctx) { ... }
 //     // optional: on_start(ctx), on_stop(const exit_reason&), on_down(down_message, ctx),
-//     //           on_exit(exit_message, ctx) (having it means the actor traps exit signals)
+//     //           on_exit(exit_message, ctx) (having it means the actor traps exit signals),
+//     //           on_stop_request(const exit_reason&, ctx) (having it means a stop request is
+//     //           the behaviour's to carry out: the actor halts when it calls ctx.stop; kill()
+//     //           still halts it at once. A supervisor stops its children first this way)
 //   };
 //   auto ref = spindle::spawn_actor<counter>(rt);                  // any thread
 //   ref.send(add{5});                                              // never blocks
@@ -25,6 +28,12 @@
 // node or one core kind. Actors move between executors when that balances load (A5), unless
 // pinned or waiting for I/O (io_guard).
 //
+// Watching (A7): an actor links or monitors from its handlers (actor_context); anything else (a
+// plain task, a thread) awaits an actor's exit with monitor_actor(ref), a oneshot receiver of
+// its exit_reason (`co_await`, or blocking_receive() on a plain thread). A watch placed after
+// the actor halted reports its real exit reason at once. Links are a set: linking twice is one
+// link (one exit notification), and one unlink removes it.
+//
 // Bounded mailboxes (A8): spawn_options::mailbox_capacity > 0 bounds the user messages queued
 // and not yet handled; send() on a full mailbox returns send_result::mailbox_full and drops the
 // message (the sender keeps its executor; retrying later, or backing off, is its choice).
@@ -34,11 +43,13 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <new>
 #include <optional>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
+#include <vector>
 
 #include "spindle/actor/actor_cell.hpp"
 #include "spindle/actor/actor_scheduler.hpp"
@@ -272,7 +283,7 @@ class actor_context {
   // Halts normally once this handler returns.
   void stop(exit_kind reason = exit_kind::normal) noexcept {
     cell_.stop_requested = true;
-    cell_.pending_exit = exit_reason{reason, {}};
+    cell_.halt_reason = exit_reason{reason, {}};
   }
   std::uint32_t executor_index() const noexcept {
     return cell_.home.load(std::memory_order_relaxed);  // relaxed: the owner's own field
@@ -354,6 +365,11 @@ struct typed_cell final : actor_cell {
       case envelope_kind::start:
         if constexpr (requires { b.on_start(context); }) b.on_start(context);
         break;
+      case envelope_kind::stop:
+        if constexpr (requires(const exit_reason& r) { b.on_stop_request(r, context); }) {
+          b.on_stop_request(static_cast<notification_envelope&>(message).reason, context);
+        }
+        break;
       case envelope_kind::down:
         if constexpr (requires(down_message d) { b.on_down(d, context); }) {
           auto& note = static_cast<notification_envelope&>(message);
@@ -389,12 +405,22 @@ struct typed_cell final : actor_cell {
     core::deallocate_frame(self);
     count_cell(-1);
   }
-  static constexpr actor_vtable vtable{&typed_cell::handle, &typed_cell::destroy_behaviour,
-                                       &typed_cell::free_cell,
-                                       requires(B& b, exit_message& x, context_type& c) {
-                                         b.on_exit(x, c);
-                                       },
-                                       &typeid(message_type)};
+  static void children_in_stop_order(actor_cell& base, std::vector<actor_cell*>& out) {
+    if constexpr (requires(const B& b) { b.children_in_stop_order(out); }) {
+      static_cast<typed_cell&>(base).behaviour().children_in_stop_order(out);
+    }
+  }
+  static constexpr bool has_children = requires(const B& b, std::vector<actor_cell*>& out) {
+    b.children_in_stop_order(out);
+  };
+  static constexpr actor_vtable vtable{
+      &typed_cell::handle,
+      &typed_cell::destroy_behaviour,
+      &typed_cell::free_cell,
+      requires(B& b, exit_message& x, context_type& c) { b.on_exit(x, c); },
+      &typeid(message_type),
+      requires(B& b, const exit_reason& r, context_type& c) { b.on_stop_request(r, c); },
+      has_children ? &typed_cell::children_in_stop_order : nullptr};
 
   alignas(B) unsigned char storage[sizeof(B)];
 };
@@ -447,6 +473,38 @@ actor_ref<typename B::message_type> spawn_in(actor_system& system, const spawn_o
 
 // The actor system of `rt` (created on first use).
 actor_system& actors_of(runtime& rt);
+
+namespace actor_detail {
+// monitor_actor's watch entry: sends the exit reason to the receiver, then frees itself.
+struct task_monitor final : exit_callback {
+  explicit task_monitor(oneshot_sender<exit_reason> to) noexcept
+      : exit_callback{&task_monitor::deliver_to}, sender(std::move(to)) {}
+  static void deliver_to(exit_callback* self, const exit_reason& reason) noexcept {
+    auto* monitor = static_cast<task_monitor*>(self);
+    try {
+      monitor->sender.send(reason);
+    } catch (...) {
+      // Nothing to tell: the receiver is gone (or memory is); the watch ends either way.
+    }
+    delete monitor;
+  }
+  oneshot_sender<exit_reason> sender;
+};
+}  // namespace actor_detail
+
+// A monitor for plain tasks and threads: the receiver gets `target`'s exit reason when it
+// halts (at once if it has), including when the runtime's shutdown halts it (kind shutdown).
+//   spindle::exit_reason why = co_await spindle::monitor_actor(ref);
+// The watch lasts until the actor halts, even if the receiver is dropped earlier.
+// usage_error on an empty reference.
+inline oneshot_receiver<exit_reason> monitor_actor(const actor_handle& target) {
+  if (!target) throw usage_error("spindle: monitor_actor on an empty actor reference");
+  auto [sender, receiver] = oneshot<exit_reason>();
+  auto monitor = std::make_unique<actor_detail::task_monitor>(std::move(sender));
+  actor_detail::add_exit_callback(*target.cell(), monitor.get());  // takes it over, or throws
+  monitor.release();
+  return std::move(receiver);
+}
 
 template <actor_behaviour B, class... A>
 actor_ref<typename B::message_type> spawn_actor(runtime& rt, const spawn_options& options,

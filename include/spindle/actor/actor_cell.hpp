@@ -7,7 +7,8 @@
 //     Receiving moves it to Runnable and routes one wake to its home executor;
 //   - the *owner*: the scheduler of the actor's home executor. Only it takes the mailbox, runs
 //     the behaviour, places the actor in its wheel, migrates it and halts it;
-//   - watchers (linked and monitoring actors), registered in `links` under its lock.
+//   - watchers (linked and monitoring actors, and exit callbacks: a task's monitor), registered
+//     in `links` under its lock. Links are a set: linking twice is one link (Erlang's rule).
 //
 // States (A2), the atomic `state`:
 //   Receiving --sender's CAS (wins the wake)----------------> Runnable
@@ -28,6 +29,12 @@
 // exchange with acquire. Going Receiving is a seq_cst store followed by a seq_cst load of the
 // mailbox; a sender's push is followed by a seq_cst load of the state (CAS seq_cst): Dekker, so
 // either the owner's re-check sees the envelope or the sender sees Receiving and wakes it.
+//
+// The exit reason outlives the actor: `halt_reason` (owner-only while the actor runs) is
+// written by the owner for the last time before the state store that makes the actor Halted
+// (seq_cst), and read by watchers only once they saw Halted (or the links `closed`, set after
+// that store): a watch placed after the halt reports the real reason, for as long as a
+// reference keeps the cell (issue 14, item 8). Reusing the field costs no cell size.
 //
 // Lifetime: `references` counts actor refs, one held by the actor system from spawn until the
 // actor halted and left its home executor's lists, one per adopt message in flight (the actor
@@ -61,7 +68,8 @@ enum class exit_kind : std::uint8_t {
   killed,    // kill(): halted at its next turn, whatever it was doing
   shutdown,  // halted by its supervisor, or by the runtime shutting down
   linked,    // a linked actor halted abnormally and this one does not trap exits
-  no_actor,  // (notifications only) linked to or monitored an actor that had already halted
+  no_actor,  // (notifications only) not produced any more: a watch placed on an actor that has
+             // halted already reports its real exit reason (kept for source compatibility)
 };
 const char* to_string(exit_kind kind) noexcept;
 
@@ -114,6 +122,12 @@ struct actor_vtable {
   void (*free_cell)(actor_cell& cell) noexcept;
   bool traps_exits;  // the behaviour has on_exit: exit signals are delivered, not fatal
   const std::type_info* message_type;  // for actor_handle::as<M>()
+  // The behaviour has on_stop_request: a stop request is delivered to it (handle(), kind stop)
+  // and the actor halts when the behaviour says so (ctx.stop); kill stays untrappable.
+  bool intercepts_stop;
+  // Supervisors only (null otherwise): the children it runs, in the order they must stop.
+  // Runtime shutdown halts them, depth first, before the supervisor (no worker runs then).
+  void (*children_in_stop_order)(actor_cell& cell, std::vector<actor_cell*>& out);
 };
 
 // Where the owner keeps the actor (owner-only).
@@ -126,13 +140,20 @@ enum class placement : std::uint8_t {
   halted,
 };
 
+// Told once, when an actor halts, with its exit reason (a task's monitor, actor.hpp). The
+// function owns the object from then on (it frees it); it must not block.
+struct exit_callback {
+  void (*deliver)(exit_callback* self, const exit_reason& reason) noexcept;
+};
+
 struct watch_entry {
-  actor_cell* watcher;   // holds a reference
+  actor_cell* watcher;   // holds a reference; null for an exit callback
   std::uint64_t monitor_id;  // 0: a link
+  exit_callback* callback = nullptr;  // owned until delivered
 };
 
 // Links and monitors of one actor; allocated on first use. `closed` once the actor halted:
-// later link/monitor calls get a no_actor notification instead.
+// later link/monitor calls get a notification at once, with the actor's halt_reason.
 struct actor_links {
   std::mutex lock;
   std::vector<watch_entry> watchers;  // who is told when this actor halts
@@ -181,7 +202,9 @@ struct actor_cell {
   bool ever_homed = false;       // some scheduler homed it once (stale spawn adopts are ignored)
   bool woken_in_place = false;   // timed out, and woken since (counted in the wheel's load)
   bool stop_requested = false;   // handled after the current message
-  exit_reason pending_exit;      // why it halts, when stop_requested
+  // Why it halts, when stop_requested; once Halted, why it halted: the owner writes it last
+  // before the Halted store and never again, watchers read it after (see "The exit reason").
+  exit_reason halt_reason;
   // Charged by the running handler beyond the one reduction per message (actor_context).
   std::uint32_t extra_charge = 0;
 
@@ -199,9 +222,13 @@ send_result push_message(actor_cell& cell, envelope* message) noexcept;
 // Pushes a notification or control envelope, bypassing the capacity of bounded mailboxes.
 void push_system_message(actor_cell& cell, envelope* message) noexcept;
 // Registers `watcher` to be told when `target` halts; if it already has, the watcher gets the
-// notification (reason no_actor) at once. monitor_id 0 means a link (both directions).
+// notification (the target's final reason) at once. monitor_id 0 means a link (both
+// directions; a link that exists already is left as it is: links are a set).
 void add_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor_id);
 void remove_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor_id) noexcept;
+// Registers `callback` (ownership passes) to be told when `target` halts, at once if it has.
+// Told also when the runtime's shutdown halts the target (actors are not told then).
+void add_exit_callback(actor_cell& target, exit_callback* callback);
 
 }  // namespace actor_detail
 }  // namespace spindle

@@ -97,8 +97,13 @@
 //   1. adopt messages still in flight were handed over as orphans (executor message delivered
 //      with a null receiver): actors spawned elsewhere, and actors migrating (migration, a
 //      stuck executor's hand-off), which are in no homed list;
-//   2. every actor in a scheduler's homed list, and every orphan, halts with reason shutdown:
-//      its pending messages are destroyed, its behaviour too, watchers are not notified;
+//      Each orphan is homed (unhalted) in its home's list first, so every live actor is in one;
+//   2. the supervision trees halt, top-level supervisors newest first: a supervisor's children
+//      halt in its stop order (reverse start order), depth first, then the supervisor: the
+//      order a stopping supervisor follows while workers run (issue 14, item 7), one actor at a
+//      time since this thread does it all. Then every other actor in a homed list halts. Each
+//      halts with reason shutdown: its pending messages are destroyed, its behaviour too (its
+//      on_stop runs), actors watching are not notified (exit callbacks, a task's monitor, are);
 //   3. the system drops its reference to each; cells still referenced by actor refs stay until
 //      those refs go (sending to them reports halted).
 #pragma once
@@ -106,8 +111,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "spindle/actor/actor_cell.hpp"
@@ -190,6 +197,10 @@ class actor_scheduler {
   void wake(actor_detail::actor_cell* cell) noexcept;
   // Shutdown step 2 for the actors homed here.
   void halt_all_for_shutdown() noexcept;
+  // Shutdown step 2 for one actor homed here (nothing if it has halted).
+  void halt_for_shutdown(actor_detail::actor_cell* cell) noexcept;
+  // Shutdown: appends the supervisors homed here (behaviours with children_in_stop_order).
+  void collect_supervisors(std::vector<actor_detail::actor_cell*>& out) const;
   // Shutdown step 2 for an orphan (its adopt message was discarded): homes it here, to be
   // halted, unless it is homed somewhere (halted there already) or halted. A migrated actor
   // whose adopt message was in flight is homed nowhere: without this it never halted.
@@ -311,6 +322,21 @@ class actor_system {
   void add_orphan(actor_detail::actor_cell* cell) noexcept;
   void shutdown() noexcept;
 
+  // Called when a supervisor gives up (its restart limit was reached; supervisor.hpp), on the
+  // supervisor's executor, before it halts: a top-level supervisor has nobody else to tell. The
+  // default writes one line to stderr (log_supervisor_failure); set_supervisor_failure_hook
+  // replaces it (a null function restores it). The hook must not block; what it throws is
+  // ignored.
+  struct supervisor_failure {
+    actor_id supervisor;
+    std::string child;       // the child whose exit went beyond the limit
+    std::string description;  // what the escalation says
+  };
+  using supervisor_failure_hook = std::function<void(const supervisor_failure&)>;
+  void set_supervisor_failure_hook(supervisor_failure_hook hook);
+  void report_supervisor_failure(const supervisor_failure& failure) noexcept;
+  static void log_supervisor_failure(const supervisor_failure& failure) noexcept;
+
   // Process-wide count of live actor cells (memory not yet freed), for leak checks in tests.
   static std::uint64_t live_cells() noexcept;
 
@@ -324,6 +350,10 @@ class actor_system {
   std::mutex orphans_mutex_;
   std::vector<actor_detail::actor_cell*> orphans_;
   std::atomic<bool> shut_down_{false};
+  std::mutex failure_hook_mutex_;
+  supervisor_failure_hook failure_hook_;  // under failure_hook_mutex_; empty: the default
+
+  void halt_supervision_trees() noexcept;
 };
 
 // The actor system of the runtime whose worker calls (null elsewhere), and of a given core

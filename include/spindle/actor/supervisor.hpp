@@ -18,6 +18,20 @@
 // arrive while actions are pending are queued and decided afterwards, in arrival order. A child
 // whose factory throws counts as a crash of that child.
 //
+// Stopping (issue 14, item 7; Erlang's supervisor shutdown): a stop request to the supervisor
+// (stop(), or its own supervisor stopping it) is not carried out at once: the supervisor stops
+// its running children in reverse start order (the plan's stop order), one at a time, each
+// stop sent once the child before is down, then halts with the reason it was asked for. A
+// child gets `stop_timeout` to be down after its stop request; then it is killed (so one child
+// that never stops cannot hang the supervisor, nor whoever waits for it). Giving up (the
+// restart limit reached) stops the children the same way before the supervisor crashes with
+// supervisor_escalation, and is reported first through the actor system's supervisor failure
+// hook (the default writes a line to stderr; actor_system::set_supervisor_failure_hook), so a
+// top-level supervisor does not halt silently; a task can await any actor's end with
+// monitor_actor (actor.hpp). kill() on a supervisor halts it at once; its children are then
+// sent their stop requests all together. Runtime shutdown halts supervision trees in the same
+// order, synchronously (actor_scheduler.hpp, "Shutdown").
+//
 // Placement per child: any executor, one executor (the child is pinned there), a NUMA group,
 // or a core kind (big/little). A group or kind names the executors whose placement
 // (core/topology.hpp) is on it: the child starts on one of them and migrates only among them.
@@ -63,6 +77,11 @@ struct supervised_child {
   restart_type restart = restart_type::always;
   std::vector<std::string> depends_on;  // names of children that must be started first
   child_placement placement;
+  // How long the child may take to be down after its stop request before it is killed (a
+  // stop request is handled after the messages queued before it). Zero: killed at once. A
+  // child that is a supervisor stops its own children first: give it the sum of theirs (once
+  // killed, it sends the rest of its children their stop requests all together).
+  std::chrono::milliseconds stop_timeout{5000};
   // Spawns the child with these options (placement resolved) and returns its handle.
   std::function<actor_handle(const spawn_options&)> start;
 };
@@ -84,7 +103,13 @@ struct supervisor_query {
 struct supervisor_child_start_failed {
   std::size_t child;
 };
-using supervisor_message = std::variant<supervisor_query, supervisor_child_start_failed>;
+// What a supervisor's stop timer sends it: stop number `stop` (of child `child`) timed out.
+struct supervisor_stop_timed_out {
+  std::size_t child;
+  std::uint64_t stop;
+};
+using supervisor_message =
+    std::variant<supervisor_query, supervisor_child_start_failed, supervisor_stop_timed_out>;
 using supervisor_ref = actor_ref<supervisor_message>;
 
 // The exception a supervisor crashes with when it gives up (its supervisor sees it).
