@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/core/frame_allocator.hpp"
 #include "spindle/core/runtime_core.hpp"
 
 namespace spindle::core {
@@ -721,6 +722,14 @@ void executor::park() noexcept {
     const clock_duration left(std::int64_t(until > now ? until - now : 0));
     if (!timeout || left < *timeout) timeout = left;
   }
+  // Idle trimming (frame_allocator.hpp): while this thread's private frame cache holds
+  // something, park at most frame_cache_idle_trim; parked that long, give it back below. Only
+  // this thread fills it, so once it is empty the park is unbounded again: an idle executor
+  // wakes for this at most once per idle spell. (The shared depot is the monitor's to trim,
+  // when the whole runtime is idle: runtime_monitor.hpp.)
+  const std::chrono::nanoseconds idle_trim = core_.options().frame_cache_idle_trim;
+  const bool may_trim = idle_trim.count() > 0 && thread_frame_cache_holds_memory();
+  if (may_trim && (!timeout || *timeout > idle_trim)) timeout = idle_trim;
   stats_.parks.store(stats_.parks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const std::uint64_t parked_at = monotonic_nanoseconds();
   // relaxed: single writer; the monitor samples (runtime_monitor.cpp clamps the race between
@@ -731,6 +740,13 @@ void executor::park() noexcept {
   awake_since_ns_.store(0, std::memory_order_relaxed);
   reactor_->wait(timeout);
   awake_since_owner_ns_ = monotonic_nanoseconds();
+  if (may_trim && awake_since_owner_ns_ - parked_at >= std::uint64_t(idle_trim.count())) {
+    // Idle for the whole trim period: this thread's private cache goes back to malloc.
+    release_thread_frame_cache();
+    // relaxed: single writer; a counter for observers.
+    stats_.frame_cache_trims.store(stats_.frame_cache_trims.load(std::memory_order_relaxed) + 1,
+                                   std::memory_order_relaxed);
+  }
   awake_since_ns_.store(awake_since_owner_ns_, std::memory_order_relaxed);  // relaxed: sample
   // 4. Woken: by a notifier (it unregistered us, maybe as a searcher) or by time.
   is_searching_ = core_.leave_sleepers(index_);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/core/frame_allocator.hpp"
 
 namespace spindle::core {
 namespace {
@@ -59,6 +60,14 @@ runtime_options validated(runtime_options options) {
   if (options.worker_stack_size < runtime_options::min_worker_stack_size ||
       options.worker_stack_size > (std::size_t(64) << 30)) {
     throw usage_error("spindle: worker_stack_size must be 0 (default) or in [256 KiB, 64 GiB]");
+  }
+  // At most 1 TiB per executor: the depot's bound, a sum over every live runtime's executors,
+  // cannot overflow (4096 executors each; a bound that large is no bound anyway).
+  if (options.frame_cache_bytes > max_frame_cache_bytes) {
+    throw usage_error("spindle: frame_cache_bytes must be at most 1 TiB per executor");
+  }
+  if (options.frame_cache_idle_trim.count() < 0) {
+    throw usage_error("spindle: frame_cache_idle_trim must not be negative");
   }
   if (options.injector_check_interval == 0 || options.local_fairness_interval == 0) {
     throw usage_error("spindle: fairness intervals must be at least 1");
@@ -195,6 +204,9 @@ std::uint32_t runtime_core::append_executor() {
   // release: pairs with executor_count()'s acquire; slot [index] is visible first.
   live_.store(index + 1, std::memory_order_release);
   start_thread(index);
+  // After the thread started (start_thread may throw): finish_shutdown gives back what was added.
+  add_frame_cache_share(options_.frame_cache_bytes);
+  frame_cache_share_ += options_.frame_cache_bytes;
   return index;
 }
 
@@ -500,6 +512,16 @@ void runtime_core::finish_shutdown() noexcept {
   drain_queues();
   // Run the hook once and drop it (it may hold the layer above alive; see task/runtime.cpp).
   if (std::function<void()> hook = std::exchange(on_stopped_, {})) hook();
+  // The frames the drain and the hook freed are cached no longer than the runtime lives: give
+  // the depot's share back (the depot is trimmed to the bound other runtimes still hold) and
+  // this thread's private cache (the workers' went with their threads).
+  std::size_t share = 0;
+  {
+    std::lock_guard lock(registry_mutex_);
+    share = std::exchange(frame_cache_share_, 0);
+  }
+  remove_frame_cache_share(share);
+  release_thread_frame_cache();
   // release: pairs with the acquire of waiting shutdown() callers.
   finished_.store(true, std::memory_order_release);
   finished_.notify_all();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "spindle/core/frame_allocator.hpp"
 #include "spindle/core/runtime_core.hpp"
 
 namespace spindle::core {
@@ -70,6 +71,7 @@ void runtime_monitor::run() noexcept {
     } else if (all_parked_since == 0) {
       all_parked_since = now;
     } else if (now - all_parked_since >= idle_after_ns) {
+      trim_idle_frame_depot(now - all_parked_since);
       sleep_while_all_parked();
       // Woken by an executor: tick for a while again. Still everyone parked (the sleep timed
       // out): utilisation decayed long ago, so keep `all_parked_since` and go back to sleep
@@ -96,6 +98,18 @@ void runtime_monitor::sleep_while_all_parked() noexcept {
     wake_.wait_for(lock, idle_sleep);
   }
   idle_.store(false, std::memory_order_relaxed);  // relaxed: only a hint for executor_awake
+}
+
+void runtime_monitor::trim_idle_frame_depot(std::uint64_t idle_ns) noexcept {
+  const std::int64_t trim_after = core_.options().frame_cache_idle_trim.count();
+  if (trim_after <= 0 || idle_ns < std::uint64_t(trim_after)) return;
+  // The low-water mark: what the other live runtimes (and embedded executors) may keep.
+  const frame_cache_statistics cache = frame_cache_stats();
+  const std::size_t share = std::size_t(core_.executor_count()) * core_.options().frame_cache_bytes;
+  const std::size_t keep = cache.depot_bound > share ? cache.depot_bound - share : 0;
+  if (cache.depot_bytes <= keep) return;
+  trim_frame_depot(keep);
+  frame_depot_trims_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
 }
 
 void runtime_monitor::tick(std::uint64_t now) noexcept {

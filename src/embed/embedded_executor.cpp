@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/core/frame_allocator.hpp"
 
 namespace spindle::embed {
 namespace {
@@ -41,6 +42,8 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
       timers_(clock_) {
   options_.tasks_per_tick = std::max<std::uint32_t>(options_.tasks_per_tick, 1);
   options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
+  options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
+  core::add_frame_cache_share(options_.frame_cache_bytes);  // last: nothing below throws
 }
 
 embedded_executor::~embedded_executor() {
@@ -60,6 +63,9 @@ embedded_executor::~embedded_executor() {
   ticking_here = this;
   drain_for_shutdown();
   ticking_here = outer;
+  // Step 5 (first half): the frames freed above are not kept beyond the bound that is left.
+  core::remove_frame_cache_share(options_.frame_cache_bytes);
+  core::release_thread_frame_cache();
 }
 
 void embedded_executor::drain_for_shutdown() noexcept {

@@ -2,6 +2,7 @@
 #include "spindle/task/runtime.hpp"
 
 #include "spindle/core/executor.hpp"
+#include "spindle/core/frame_allocator.hpp"
 
 namespace spindle {
 namespace detail {
@@ -69,7 +70,14 @@ runtime::runtime(runtime_options options) {
   core->start(core);
 }
 
-runtime::~runtime() { shutdown(); }
+runtime::~runtime() {
+  shutdown();
+  // The task state and the extensions (the actor system) may be the last to free frames: drop
+  // them here, then give back what they left in this thread's private frame cache (shutdown
+  // already gave back the runtime's share of the depot; frame_allocator.hpp).
+  state_.reset();
+  core::release_thread_frame_cache();
+}
 
 void runtime::shutdown() noexcept {
   if (!state_) return;

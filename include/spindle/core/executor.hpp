@@ -110,6 +110,9 @@ struct executor_stats {
   std::atomic<std::uint64_t> rescues{0};            // stuck executors' timers/work taken over
   std::atomic<std::uint64_t> pings{0};              // pings delivered to the ping handler
   std::atomic<std::uint64_t> standbys{0};           // times it went on standby (CPU shared)
+  // Idle trims: times it gave its private frame cache back after a park of
+  // frame_cache_idle_trim (frame_allocator.hpp).
+  std::atomic<std::uint64_t> frame_cache_trims{0};
   // Written by the runtime monitor (runtime_monitor.hpp), not by the executor:
   std::atomic<std::uint64_t> busy_nanoseconds{0};  // time spent not parked, as last sampled
   // Utilisation over the last sampling window, in parts per 65536 (see load.md):

@@ -50,7 +50,10 @@
 //         pools themselves are freed with their executors (with this runtime_core);
 //      b. every runnable still in a local queue, an inbox or the injector is dropped exactly
 //         once (runnable::drop);
-//   6. the task layer then destroys tasks that were suspended (not in any queue).
+//   6. the task layer then destroys tasks that were suspended (not in any queue);
+//   7. the runtime's share of the frame depot's bound is given back (the depot is trimmed to
+//      what other live runtimes hold), and so is the finishing thread's private frame cache
+//      (frame_allocator.hpp); the workers' private caches went with their threads.
 //
 // The gate to outside threads (step 5's precondition, core/outside_gate.hpp). A thread that is
 // not one of this runtime's workers may be in the middle of something that touches the runtime's
@@ -152,6 +155,20 @@ struct runtime_options {
   std::size_t worker_stack_size = 0;
   // Called on each worker thread when it starts (e.g. to set thread names); may be empty.
   std::function<void(std::uint32_t executor_index)> on_worker_start;
+  // Frame cache (frame_allocator.hpp; docs/design/tasks.md, "Frame cache"): freed task frames,
+  // actor envelopes and submissions are kept for reuse in a depot shared by all threads. While
+  // this runtime runs, the depot may hold this many more bytes per executor; what is freed
+  // beyond the bound goes back to malloc, and the runtime's share is given back when it shuts
+  // down. Each thread also keeps a small private cache (two batches of 64 blocks per size
+  // class, in practice tens of KiB). 0: this runtime adds nothing to the depot's bound. At
+  // most 1 TiB (usage_error above).
+  std::size_t frame_cache_bytes = std::size_t(4) << 20;
+  // An executor that has been parked this long gives its private cache back to malloc; once
+  // every executor has been parked this long, the runtime monitor trims the depot to what other
+  // live runtimes may keep (nothing, when this is the only one): a runtime that went quiet keeps
+  // no cached frames. Zero: no idle trimming (memory is then given back only above the bound and
+  // at shutdown).
+  std::chrono::nanoseconds frame_cache_idle_trim = std::chrono::seconds(1);
 };
 
 // A worker's thread: std::thread cannot choose its stack size, so a pthread made with
@@ -323,6 +340,9 @@ class runtime_core final : public scheduler {
   std::vector<std::unique_ptr<executor>> owned_executors_;  // guarded by registry_mutex_
   std::vector<worker_thread> threads_;                       // guarded by registry_mutex_
   std::mutex registry_mutex_;
+  // This runtime's share of the frame depot's bound (frame_cache_bytes per executor appended),
+  // given back by finish_shutdown. Guarded by registry_mutex_.
+  std::size_t frame_cache_share_ = 0;
   alignas(cache_line_size) std::atomic<std::uint32_t> live_{0};
   injector injector_;
 

@@ -52,7 +52,11 @@
 // until one wakes (executor::park notifies it;
 // a Dekker pair of seq_cst operations on `idle_` and the runtime's unparked count means no wake
 // is lost) or 100 ms pass; after such a timeout with everyone still parked it ticks once and
-// sleeps again (an idle runtime costs ten ticks a second).
+// sleeps again (an idle runtime costs ten ticks a second). Before each such sleep, once every
+// executor has been parked for runtime_options::frame_cache_idle_trim, it trims the shared
+// frame depot down to the bound without this runtime's share (frame_allocator.hpp): an idle
+// runtime caches no frames, whoever freed them into the depot (a foreign thread dropping join
+// handles after the workers parked, say); the executors' private caches are theirs to trim.
 //
 // Lifetime: started by runtime_core::start after the executors exist, stopped and joined in
 // runtime_core::finish_shutdown before anything is drained (the monitor only reads executors
@@ -84,6 +88,10 @@ class runtime_monitor {
   void executor_awake() noexcept;
   // Ticks so far (tests use it to wait for the monitor to have looked at something).
   std::uint64_t ticks() const noexcept { return ticks_.load(std::memory_order_relaxed); }
+  // Idle trims of the frame depot that gave something back (see "Idle" above).
+  std::uint64_t frame_depot_trims() const noexcept {
+    return frame_depot_trims_.load(std::memory_order_relaxed);  // relaxed: a statistic
+  }
 
  private:
   struct executor_view {
@@ -99,6 +107,8 @@ class runtime_monitor {
   void watch_progress(std::uint32_t index, std::uint64_t now) noexcept;
   void send_pings(std::uint32_t count, std::uint64_t now) noexcept;
   void sleep_while_all_parked() noexcept;
+  // Everyone has been parked for `idle_ns`: trims the frame depot (see "Idle" above).
+  void trim_idle_frame_depot(std::uint64_t idle_ns) noexcept;
   void watch_cpu_sharing(std::uint32_t count) noexcept;
 
   runtime_core& core_;
@@ -109,6 +119,7 @@ class runtime_monitor {
   std::vector<std::uint32_t> cpu_claimed_by_;
   std::vector<std::int32_t> claimed_cpus_;
   std::atomic<std::uint64_t> ticks_{0};
+  std::atomic<std::uint64_t> frame_depot_trims_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
   std::atomic<bool> idle_{false};      // the monitor sleeps because every executor is parked

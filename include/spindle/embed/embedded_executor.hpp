@@ -68,7 +68,9 @@
 //   3. every runnable still queued (run queue, request list, closed action queue) is dropped:
 //      a task records "cancelled" and destroys its frames;
 //   4. every task still live (suspended forever) is abandoned the same way, until none is left;
-//   5. the wrappers and the timer wheel go (every timer entry lived in a destroyed frame).
+//   5. the executor's share of the frame depot's bound and the ticking thread's private frame
+//      cache are given back (frame_allocator.hpp); the wrappers and the timer wheel go (every
+//      timer entry lived in a destroyed frame).
 // Join handles stay valid and report cancelled. The integration must outlive the executor. Other
 // threads may spawn, wake (through spindle's primitives) and cancel until the destructor runs
 // and while it runs (step 1's gate); what they wake with must itself still be alive, as for the
@@ -77,6 +79,7 @@
 
 #include <atomic>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -106,6 +109,11 @@ struct embedded_options {
   // running task is not interrupted, so a tick may overrun by one task's run. Measured on the
   // steady clock, not the integration's now() (embedded.md says why). Zero: no time bound.
   clock_duration time_per_tick = clock_duration::zero();
+  // The frame depot's bound grows by this many bytes while the executor lives, as for one
+  // executor of a runtime (runtime_options::frame_cache_bytes; docs/design/tasks.md, "Frame
+  // cache"). The destructor gives the share back, and the destroying thread's private cache.
+  // Clamped to core::max_frame_cache_bytes (1 TiB).
+  std::size_t frame_cache_bytes = std::size_t(4) << 20;
 };
 
 // Counters since construction. statistics() and has_ready_work() belong to the ticking thread
