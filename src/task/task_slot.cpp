@@ -41,8 +41,8 @@ void slot_queue::push(spawned_task_base* newest) noexcept {
     replaced->request_cancel();  // finds the await withdrawn already: no second wake
     task_host& host = replaced->host();
     if (replaced_was_waiting) replaced->wake();
-    replaced->release();
     if (replaced_entry == task_host::entry::entered) host.leave();  // alive: its drain waits
+    replaced->release();
   }
 }
 

@@ -15,33 +15,47 @@
 // Invariant: once close_and_wait() returned, no entrant is inside and none will be admitted, so
 // the host may destroy its tasks and itself.
 //
-// Why it holds (Dekker, every operation below seq_cst): an entrant counts itself in, then reads
-// `closed_`; the closer sets `closed_`, then reads the count. In the single total order of seq_cst
-// operations, either the entrant's read comes after the closer's store (it sees closed, leaves
-// and is refused) or the entrant's increment comes before the closer's read (the closer sees it
-// inside and waits for its leave).
+// Why it holds: Dekker, made asymmetric because entrants are many and hot (every spawn from a
+// plain thread) and closers rare (one per shutdown). Each thread that ever enters a gate owns a
+// slot (a depth, written only by that thread) in one process-wide registry. An entrant raises its
+// depth, issues the light half of an asymmetric fence, then reads `closed_`; a leave lowers the
+// depth (release). The closer sets `closed_`, issues the heavy half (membarrier: every thread of
+// the process running at that moment executes a full barrier), then waits, slot by slot, until
+// each depth is zero. Either the entrant's read of `closed_` comes after the closer's store (it is
+// refused) or its raised depth is visible to the closer (which waits for its leave). The depth is
+// per thread, not per gate: a closer also waits for threads inside another host's gate. Those
+// spans are as short, so the wait stays bounded; it saves an entrant the locked instruction a
+// shared counter costs.
 //
-// Who may touch what: `inside_` and `closed_` are written only through these functions. An
-// entrant holds the gate for a few instructions (a push, a wake); it never blocks inside, and
-// never closes a gate (a shutdown is never called from inside a span), so the closer's wait is
-// bounded by those instructions plus the entrant's scheduling delay.
+// Without membarrier (an old kernel, or a seccomp filter refusing it) both halves are seq_cst
+// fences; under ThreadSanitizer, which models neither, both are the atomics layer's fence-free
+// substitute (core/atomic.hpp).
 //
-// Cost: an admitted span is two uncontended read-modify-writes on a line that only entrants
-// write. The line must not be one that hot readers share: in runtime_core the count once sat
-// beside `stopping_`/`draining_`, which every schedule() reads, and the bouncing line doubled
-// the submit benchmark's time (docs/design/lifetimes.md).
+// Who may touch what: a slot's depth is written by its thread only; the registry (a list under
+// a mutex) by threads registering on their first entry and leaving at thread exit, and read by
+// closers. `closed_` is written once by the closer. An entrant holds the gate for a few
+// instructions (a push, a wake); it never blocks inside and never closes a gate (a shutdown is
+// never called from inside a span), so the closer's wait is bounded by those instructions plus the
+// entrant's scheduling delay.
+//
+// Cost: an admitted span is two plain stores to a line of the thread's own and a compiler barrier.
+// The first version (a shared counter beside `stopping_`/`draining_` in runtime_core, which every
+// schedule() reads) doubled the submit benchmark's time; a counter on a line of its own still cost
+// 17-29% (two locked instructions per spawn); see docs/design/lifetimes.md.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <thread>
 
 #include "spindle/core/atomic.hpp"
 
 namespace spindle::core {
 
-// Aligned (and so padded) to a cache line: see Cost above; only entrants and the closer touch it.
-class alignas(cache_line_size) outside_gate {
+// The light and heavy halves of the asymmetric fence above (outside_gate.cpp).
+void asymmetric_fence_light() noexcept;
+void asymmetric_fence_heavy() noexcept;
+
+class outside_gate {
  public:
   outside_gate() = default;
   outside_gate(const outside_gate&) = delete;
@@ -49,31 +63,11 @@ class alignas(cache_line_size) outside_gate {
 
   // True: admitted; call leave() when done. False: closed; the caller must not touch the host's
   // tasks (and does not leave).
-  bool enter() noexcept {
-    // seq_cst (both): the entrant's half of the Dekker handshake above.
-    inside_.fetch_add(1, std::memory_order_seq_cst);
-    if (closed_.load(std::memory_order_seq_cst)) {
-      leave();
-      return false;
-    }
-    return true;
-  }
-
+  bool enter() noexcept;
   // The entrant's last touch of the host: the closer may go on (and free the host) right after.
-  void leave() noexcept {
-    // release: what the entrant did inside (a push, a wake) happens before the closer's acquire
-    // read of the count, so the closer's drain sees it.
-    inside_.fetch_sub(1, std::memory_order_release);
-  }
-
-  // The closer, once. Entrants leave within a few instructions, so yielding is enough; a
-  // notification would touch the gate after the entrant's last decrement.
-  void close_and_wait() noexcept {
-    // seq_cst: the closer's half of the Dekker handshake.
-    closed_.store(true, std::memory_order_seq_cst);
-    // seq_cst load: ordered after the store above; it also acquires each leave's release.
-    while (inside_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
-  }
+  void leave() noexcept;
+  // The closer, once: refuses new entrants, then waits until no thread is inside any gate.
+  void close_and_wait() noexcept;
 
   bool closed() const noexcept {
     // relaxed: a hint for callers that will enter() anyway before touching anything.
@@ -81,8 +75,7 @@ class alignas(cache_line_size) outside_gate {
   }
 
  private:
-  std::atomic<std::uint32_t> inside_{0};
-  std::atomic<bool> closed_{false};
+  std::atomic<bool> closed_{false};  // read by entrants, written once: shares no hot line
 };
 
 }  // namespace spindle::core

@@ -361,7 +361,7 @@ class runtime_core final : public scheduler {
   std::unique_ptr<runtime_monitor> monitor_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
-  outside_gate outside_gate_;  // see above; a cache line of its own
+  outside_gate outside_gate_;  // see above
   std::atomic<bool> shut_down_{false};
   std::weak_ptr<runtime_core> self_;
   std::atomic<std::uint32_t> workers_running_{0};

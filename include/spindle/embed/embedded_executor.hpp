@@ -238,7 +238,7 @@ class embedded_executor final : private ::spindle::detail::task_host {
   core::intrusive_mpsc_stack<core::runnable> actions_;  // any thread: foreign wake-ups
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
-  core::outside_gate outside_gate_;  // shutdown step 1; a cache line of its own
+  core::outside_gate outside_gate_;  // shutdown step 1
   embedded_statistics statistics_;
   void (*phase_observer_)(void*, phase) = nullptr;
   void* phase_context_ = nullptr;

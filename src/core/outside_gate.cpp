@@ -1,0 +1,157 @@
+// The gate to outside threads: per-thread slots and the asymmetric fence. The design is in
+// include/spindle/core/outside_gate.hpp.
+#include "spindle/core/outside_gate.hpp"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <thread>
+
+namespace spindle::core {
+namespace {
+
+// --- the asymmetric fence ------------------------------------------------------------------------
+
+#if !defined(SPINDLE_TSAN)
+// Registers the process for private expedited membarrier, once (a magic static: every caller sees
+// the registration finished before it reads true). False where the kernel lacks it or refuses it.
+bool membarrier_ready() noexcept {
+  static const bool ready = [] {
+    const long supported = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (supported < 0 || (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  }();
+  return ready;
+}
+#endif
+
+// --- the registry of slots -----------------------------------------------------------------------
+
+// A thread's depth inside gates (nested entries count: a wake list may enter several hosts before
+// it wakes them). Written by its thread only; read by closers. A line of its own, so that a
+// thread's entries never bounce a line another thread writes.
+struct alignas(cache_line_size) thread_slot {
+  std::atomic<std::uint32_t> depth{0};
+  thread_slot* next = nullptr;      // registry list, under registry_mutex
+  thread_slot* previous = nullptr;
+};
+
+std::mutex& registry_mutex() {
+  // Never destroyed: threads (detached workers among them) may exit after static destruction.
+  static std::mutex* const mutex = new std::mutex;
+  return *mutex;
+}
+thread_slot* registry_head = nullptr;  // guarded by registry_mutex()
+
+void register_slot(thread_slot* slot) {
+  std::lock_guard guard(registry_mutex());
+  slot->next = registry_head;
+  if (registry_head != nullptr) registry_head->previous = slot;
+  registry_head = slot;
+}
+
+void unregister_slot(thread_slot* slot) noexcept {
+  std::lock_guard guard(registry_mutex());
+  if (slot->previous != nullptr) {
+    slot->previous->next = slot->next;
+  } else {
+    registry_head = slot->next;
+  }
+  if (slot->next != nullptr) slot->next->previous = slot->previous;
+}
+
+// The slot lives as long as its thread: registered on the first entry, unregistered at exit
+// (a thread is never inside a gate when it exits: spans are a few instructions of one call).
+struct slot_owner {
+  thread_slot slot;
+  slot_owner() { register_slot(&slot); }
+  ~slot_owner() {
+    unregister_slot(&slot);
+    my_slot_cleared();
+  }
+  static void my_slot_cleared() noexcept;
+};
+
+// A trivial thread-local pointer (no guard on the hot path); the owner is built on first use.
+thread_local thread_slot* my_slot = nullptr;
+
+void slot_owner::my_slot_cleared() noexcept { my_slot = nullptr; }
+
+thread_slot& this_thread_slot() {
+  if (my_slot == nullptr) [[unlikely]] {
+    static thread_local slot_owner owner;
+    my_slot = &owner.slot;
+  }
+  return *my_slot;
+}
+
+}  // namespace
+
+void asymmetric_fence_light() noexcept {
+#if defined(SPINDLE_TSAN)
+  fence_seq_cst();
+#else
+  if (membarrier_ready()) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the heavy half makes it a full fence
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+#endif
+}
+
+void asymmetric_fence_heavy() noexcept {
+#if defined(SPINDLE_TSAN)
+  fence_seq_cst();
+#else
+  if (membarrier_ready()) {
+    // Every running thread of the process executes a full barrier before this returns; one that
+    // is not running passed one when it was descheduled.
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+  }
+  // Not registered (then the light half is a full fence too), or the call failed: a full fence
+  // here completes the symmetric handshake only if the light half was one, so a failure after a
+  // successful registration is not expected (the kernel documents none but EINVAL/EPERM, which
+  // registration rules out).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+bool outside_gate::enter() noexcept {
+  thread_slot& slot = this_thread_slot();
+  // relaxed: only this thread writes its depth; the fence below orders it before the read.
+  slot.depth.store(slot.depth.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  asymmetric_fence_light();
+  // relaxed: ordered after the depth store by the fence pair (header).
+  if (closed_.load(std::memory_order_relaxed)) {
+    leave();
+    return false;
+  }
+  return true;
+}
+
+void outside_gate::leave() noexcept {
+  thread_slot& slot = *my_slot;  // entered: registered already
+  // release: what this thread did inside (a push, a wake) happens before the closer's acquire
+  // read of the depth; after this store the closer may free the host.
+  slot.depth.store(slot.depth.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+}
+
+void outside_gate::close_and_wait() noexcept {
+  // relaxed: ordered before the depth reads by the fence pair (header).
+  closed_.store(true, std::memory_order_relaxed);
+  asymmetric_fence_heavy();
+  // Under the registry mutex no slot goes away while we read it; entrants do not take it (they
+  // registered before their first entry), so waiting here holds nobody up.
+  // The closing thread's own slot is skipped: a shutdown is never called from inside a span of the
+  // same host, and a span of another host on this thread cannot end while this thread waits here.
+  std::lock_guard guard(registry_mutex());
+  for (thread_slot* slot = registry_head; slot != nullptr; slot = slot->next) {
+    if (slot == my_slot) continue;
+    // acquire: pairs with leave()'s release.
+    while (slot->depth.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+}
+
+}  // namespace spindle::core
