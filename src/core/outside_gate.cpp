@@ -8,6 +8,7 @@
 
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace spindle::core {
 namespace {
@@ -74,6 +75,11 @@ struct slot_owner {
   static void my_slot_cleared() noexcept;
 };
 
+// Closers between close_and_wait() and finished(), process-wide (unknown-host entrants, header).
+std::atomic<std::uint32_t> closers_in_flight{0};
+// How many gates this thread is closing (a shutdown called from inside another's drain nests).
+thread_local std::uint32_t closing_here = 0;
+
 // A trivial thread-local pointer (no guard on the hot path); the owner is built on first use.
 thread_local thread_slot* my_slot = nullptr;
 
@@ -131,7 +137,26 @@ bool outside_gate::enter() noexcept {
   return true;
 }
 
-void outside_gate::leave() noexcept {
+void outside_gate::leave() noexcept { leave_unknown_host(); }
+
+void outside_gate::enter_unknown_host() noexcept {
+  thread_slot& slot = this_thread_slot();
+  for (;;) {
+    // relaxed: only this thread writes its depth; the fence orders it before the read.
+    slot.depth.store(slot.depth.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // A closing thread goes on at once (header: it must not wait for another closer).
+    if (closing_here != 0) return;
+    asymmetric_fence_light();
+    // relaxed: ordered after the depth store by the fence pair, as `closed_` in enter().
+    if (closers_in_flight.load(std::memory_order_relaxed) == 0) return;
+    // A shutdown is draining somewhere: step out, so it never waits for us, until it finished.
+    leave_unknown_host();
+    // acquire: a finished closer's drain happens before we touch anything it could have owned.
+    while (closers_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+}
+
+void outside_gate::leave_unknown_host() noexcept {
   thread_slot& slot = *my_slot;  // entered: registered already
   // release: what this thread did inside (a push, a wake) happens before the closer's acquire
   // read of the depth; after this store the closer may free the host.
@@ -139,7 +164,10 @@ void outside_gate::leave() noexcept {
 }
 
 void outside_gate::close_and_wait() noexcept {
-  // relaxed: ordered before the depth reads by the fence pair (header).
+  // relaxed, both: ordered before the depth reads by the fence pair (header).
+  closers_in_flight.fetch_add(1, std::memory_order_relaxed);
+  counted_ = true;
+  ++closing_here;
   closed_.store(true, std::memory_order_relaxed);
   asymmetric_fence_heavy();
   // Under the registry mutex no slot goes away while we read it; entrants do not take it (they
@@ -152,6 +180,14 @@ void outside_gate::close_and_wait() noexcept {
     // acquire: pairs with leave()'s release.
     while (slot->depth.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   }
+}
+
+void outside_gate::finished() noexcept {
+  if (!std::exchange(counted_, false)) return;
+  --closing_here;
+  // release: the drain (every task destroyed) happens before an unknown-host entrant admitted
+  // after reading the count.
+  closers_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
 }  // namespace spindle::core

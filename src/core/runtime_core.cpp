@@ -512,6 +512,7 @@ void runtime_core::finish_shutdown() noexcept {
   drain_queues();
   // Run the hook once and drop it (it may hold the layer above alive; see task/runtime.cpp).
   if (std::function<void()> hook = std::exchange(on_stopped_, {})) hook();
+  outside_gate_.finished();  // every task is destroyed (step 6): unknown-host entrants go on
   // The frames the drain and the hook freed are cached no longer than the runtime lives: give
   // the depot's share back (the depot is trimmed to the bound other runtimes still hold) and
   // this thread's private cache (the workers' went with their threads).

@@ -62,6 +62,7 @@ embedded_executor::~embedded_executor() {
   embedded_executor* outer = ticking_here;
   ticking_here = this;
   drain_for_shutdown();
+  outside_gate_.finished();  // every task is destroyed: unknown-host entrants go on
   ticking_here = outer;
   // Step 5 (first half): the frames freed above are not kept beyond the bound that is left.
   core::remove_frame_cache_share(options_.frame_cache_bytes);

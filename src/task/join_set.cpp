@@ -16,7 +16,7 @@ bool completion_awaiter::await_suspend(std::coroutine_handle<> h) {
   // interrupt. The completer wakes us exactly once; false: already complete, do not suspend.
   // registered_ is written first: once registered we may be resumed elsewhere at any moment.
   registered_ = true;
-  if (target_.register_joiner(this)) return true;
+  if (target_.register_joiner(this, &waiter_->host())) return true;
   registered_ = false;
   return cooperative_await::yield_if_exhausted(*waiter_, h);  // already complete (C6)
 }

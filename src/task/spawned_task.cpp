@@ -132,14 +132,17 @@ task_status spawned_task_base::status() const noexcept {
   return task_status::failed;
 }
 
-bool spawned_task_base::register_joiner(completion_waker* joiner) noexcept {
+bool spawned_task_base::register_joiner(completion_waker* joiner,
+                                        const task_host* joiner_host) noexcept {
   joiner_ = joiner;
+  const std::uint32_t joining =
+      join_waiting | (joiner_host != nullptr && joiner_host != host_ ? joiner_elsewhere : 0u);
   // acquire on the load and CAS failure: if complete is seen, S1 gives us the outcome.
   std::uint32_t expected = flags_.load(std::memory_order_acquire);
   for (;;) {
     if ((expected & complete) != 0) return false;
     // release: `joiner_` is written before join_waiting becomes visible (S2).
-    if (flags_.compare_exchange_weak(expected, expected | join_waiting, std::memory_order_acq_rel,
+    if (flags_.compare_exchange_weak(expected, expected | joining, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
       return true;
     }
@@ -152,7 +155,8 @@ bool spawned_task_base::withdraw_joiner() noexcept {
   for (;;) {
     if ((expected & complete) != 0 || (expected & join_waiting) == 0) return false;
     // acq_rel: S2, exactly one of completer and withdrawer clears join_waiting.
-    if (flags_.compare_exchange_weak(expected, expected & ~join_waiting, std::memory_order_acq_rel,
+    if (flags_.compare_exchange_weak(expected, expected & ~(join_waiting | joiner_elsewhere),
+                                     std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
       return true;
     }
@@ -178,16 +182,25 @@ void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
   // pairs with the joiner's release of `joiner_` (S2) and with other references' releases.
   std::uint32_t expected = flags_.load(std::memory_order_relaxed);
   std::uint32_t desired;
-  do {
-    desired = ((expected | complete) & ~join_waiting) - one_reference;
-  } while (!flags_.compare_exchange_weak(expected, desired, std::memory_order_acq_rel,
-                                         std::memory_order_relaxed));
+  bool entered = false;  // the gate for the joiner's host (S5)
+  for (;;) {
+    if ((expected & joiner_elsewhere) != 0 && !entered) {
+      core::outside_gate::enter_unknown_host();
+      entered = true;
+    }
+    desired = ((expected | complete) & ~(join_waiting | joiner_elsewhere)) - one_reference;
+    if (flags_.compare_exchange_weak(expected, desired, std::memory_order_acq_rel,
+                                     std::memory_order_relaxed)) {
+      break;
+    }
+  }
   if ((expected & join_waiting) != 0) {
     // The waiting joiner holds a reference, so `this` is alive until it runs (S4); after
     // wake() it may free us: touch nothing but locals from here on.
     completion_waker* joiner = joiner_;
     joiner->wake(joiner);
   }
+  if (entered) core::outside_gate::leave_unknown_host();  // touches only this thread's slot
   if ((desired >> reference_shift) == 0) destroy_(this);
 }
 
@@ -289,7 +302,7 @@ bool join_awaiter_base::await_suspend(std::coroutine_handle<> h) {
     return false;
   }
   registered_ = true;  // before registering: once registered we may resume elsewhere
-  if (!target_->register_joiner(this)) {
+  if (!target_->register_joiner(this, &self->host())) {
     registered_ = false;
     self->end_registration(nullptr);
     return cooperative_await::yield_if_exhausted(*self, h);  // already complete (C6)

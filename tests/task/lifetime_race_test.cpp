@@ -149,3 +149,45 @@ TEST(JoinHandleSharing, ACancelledAwaitGivesTheHandleBack) {
 }
 
 }  // namespace
+
+namespace {
+
+spindle::task<int> waits_then_returns(spindle::event& e) {
+  co_await e.wait();
+  co_return 2;
+}
+
+spindle::task<int> joins(spindle::join_handle<int> other) { co_return co_await std::move(other); }
+
+// Item 2's sibling across runtimes: tasks of runtime B join tasks of runtime A; A's worker completes
+// them (waking B's joiners) while B is destroyed. The completer must not read a joiner's frame that
+// B's shutdown destroys (TSan/ASan presets), and every joiner ends.
+TEST(JoinAcrossRuntimes, CompletionsInOneRuntimeRacingTheJoinersRuntimeDestruction) {
+  constexpr int rounds = 40;
+  constexpr int pairs = 32;
+  spindle::runtime a({.workers = 1});
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::unique_ptr<spindle::event>> events;
+    for (int i = 0; i < pairs; ++i) events.push_back(std::make_unique<spindle::event>());
+    auto b = std::make_unique<spindle::runtime>(spindle::runtime_options{.workers = 1});
+    std::vector<spindle::join_handle<int>> joiners;
+    for (int i = 0; i < pairs; ++i) {
+      joiners.push_back(b->spawn(joins(a.spawn(waits_then_returns(*events[i])))));
+    }
+    // Every joiner is suspended on its join before the race starts.
+    for (int i = 0; i < pairs; ++i) spin_until([&] { return events[i]->waiting() == 1; });
+    std::atomic<bool> go{false};
+    std::thread setter([&] {
+      spin_until([&] { return go.load(); });
+      for (auto& e : events) e->set();
+    });
+    go.store(true);
+    b.reset();
+    setter.join();
+    for (auto& h : joiners) {
+      ASSERT_TRUE(h.is_finished()) << "round " << round;
+    }
+  }
+}
+
+}  // namespace

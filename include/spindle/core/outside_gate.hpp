@@ -38,6 +38,16 @@
 // never called from inside a span), so the closer's wait is bounded by those instructions plus the
 // entrant's scheduling delay.
 //
+// Entering without knowing the host (enter_unknown_host). A task's completer wakes the task that
+// joins it, which may belong to another host; it must be inside that host's gate before it takes
+// the joiner over, but it can learn the host only by reading the joiner, which is what the gate
+// protects. So closers are also counted process-wide (`closers in flight`, from close_and_wait to
+// finished(), which the host calls once its tasks are destroyed), and an unknown-host entrant
+// raises its depth, fences, and is admitted only when no closer is in flight; otherwise it lowers
+// its depth and retries once they finished (same Dekker argument, with the count in place of
+// `closed_`). A thread that is itself closing does not wait (two shutdowns would each wait for the
+// other): it goes on unprotected, the one window left (docs/design/lifetimes.md).
+//
 // Cost: an admitted span is two plain stores to a line of the thread's own and a compiler barrier.
 // The first version (a shared counter beside `stopping_`/`draining_` in runtime_core, which every
 // schedule() reads) doubled the submit benchmark's time; a counter on a line of its own still cost
@@ -68,6 +78,13 @@ class outside_gate {
   void leave() noexcept;
   // The closer, once: refuses new entrants, then waits until no thread is inside any gate.
   void close_and_wait() noexcept;
+  // The closer, once, after close_and_wait(), when the host's tasks are destroyed.
+  void finished() noexcept;
+
+  // For a thread about to touch a task of a host it cannot name yet (see above). Returns once
+  // admitted; then call leave_unknown_host().
+  static void enter_unknown_host() noexcept;
+  static void leave_unknown_host() noexcept;
 
   bool closed() const noexcept {
     // relaxed: a hint for callers that will enter() anyway before touching anything.
@@ -76,6 +93,7 @@ class outside_gate {
 
  private:
   std::atomic<bool> closed_{false};  // read by entrants, written once: shares no hot line
+  bool counted_ = false;             // the closer's: counted among the closers in flight
 };
 
 }  // namespace spindle::core

@@ -12,6 +12,8 @@
 //   complete         - the root coroutine finished (value, exception or cancelled), outcome set
 //   cancel_requested - cancellation asked for; observed at the next suspension point
 //   join_waiting     - `joiner` is registered and must be woken on completion
+//   joiner_elsewhere - set and cleared with join_waiting: the joiner is a task of another host,
+//                      so the completer enters that host's gate before taking it over (S5)
 //   locked           - spin lock bit guarding `wait` (the current cancellable wait)
 //   shielded         - the task runs its tidy destructors (T4): a cancellation is recorded but
 //                      neither interrupts a wait nor makes an await throw
@@ -31,6 +33,10 @@
 //        consumed), one per extra holder (join sets, timeouts). The last drop frees. A
 //        registered joiner always holds a reference, so the completer may read `joiner` after
 //        its CAS.
+//   (S5) A completer that finds `joiner_elsewhere` enters the gate for an unknown host
+//        (core/outside_gate.hpp) before its CAS and leaves after the wake: the joiner's host
+//        cannot be destroying the joiner's frame between the CAS and the wake. Same-host joiners
+//        need nothing: a host's tasks complete on its own threads, or in its own shutdown.
 //
 // Lock order: task lock (locked bit) before any primitive's lock. Primitives never take a task
 // lock while holding their own: waking is scheduling, which takes no task lock.
@@ -87,6 +93,7 @@ class spawned_task_base : public core::runnable {
     join_waiting = 1u << 2,
     locked = 1u << 3,
     shielded = 1u << 4,
+    joiner_elsewhere = 1u << 5,
     // References live in the upper 16 bits of the same word, so completing and dropping the
     // running task's reference is one CAS.
     reference_shift = 16,
@@ -125,8 +132,8 @@ class spawned_task_base : public core::runnable {
   }
   task_status status() const noexcept;
   // Registers `joiner` to be woken on completion. Returns false if already complete (no
-  // registration happened).
-  bool register_joiner(completion_waker* joiner) noexcept;
+  // registration happened). `joiner_host`: the host of the joining task, if it is a task (S5).
+  bool register_joiner(completion_waker* joiner, const task_host* joiner_host = nullptr) noexcept;
   // Withdraws a registration; true if withdrawn (the completion will not wake it).
   bool withdraw_joiner() noexcept;
   void add_reference() noexcept {
