@@ -13,6 +13,8 @@
 namespace spindle::core {
 namespace {
 
+char several_gates_marker = 0;  // its address is `several_gates` (thread_slot)
+
 // --- the asymmetric fence ------------------------------------------------------------------------
 
 #if !defined(SPINDLE_TSAN)
@@ -31,13 +33,22 @@ bool membarrier_ready() noexcept {
 // --- the registry of slots -----------------------------------------------------------------------
 
 // A thread's depth inside gates (nested entries count: a wake list may enter several hosts before
-// it wakes them). Written by its thread only; read by closers. A line of its own, so that a
-// thread's entries never bounce a line another thread writes.
+// it wakes them) and which gate it is inside: the one it entered first at depth 0, or
+// `several_gates` once it entered a second, different one (or a gate it cannot name, for
+// enter_unknown_host). A closer waits only for threads inside its own gate or inside several:
+// user code may run inside a span (a callable's move constructor, an integration's tick_soon())
+// and may block on a lock the thread closing an unrelated gate holds. Written by its thread only;
+// read by closers. A line of its own, so that a thread's entries never bounce a line another
+// thread writes.
 struct alignas(cache_line_size) thread_slot {
   std::atomic<std::uint32_t> depth{0};
+  std::atomic<const void*> gate{nullptr};
   thread_slot* next = nullptr;      // registry list, under registry_mutex
   thread_slot* previous = nullptr;
 };
+
+// Stands for "more than one gate, or one this thread cannot name".
+const void* const several_gates = &several_gates_marker;
 
 std::mutex& registry_mutex() {
   // Never destroyed: threads (detached workers among them) may exit after static destruction.
@@ -93,6 +104,18 @@ thread_slot& this_thread_slot() {
   return *my_slot;
 }
 
+// Raises this thread's depth, recording `gate` (see thread_slot). relaxed, both: only this thread
+// writes them; the caller's light fence orders them before its read of the closing state.
+void raise_depth(thread_slot& slot, const void* gate) noexcept {
+  const std::uint32_t depth = slot.depth.load(std::memory_order_relaxed);
+  if (depth == 0) {
+    slot.gate.store(gate, std::memory_order_relaxed);
+  } else if (slot.gate.load(std::memory_order_relaxed) != gate) {
+    slot.gate.store(several_gates, std::memory_order_relaxed);
+  }
+  slot.depth.store(depth + 1, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 void asymmetric_fence_light() noexcept {
@@ -125,9 +148,7 @@ void asymmetric_fence_heavy() noexcept {
 }
 
 bool outside_gate::enter() noexcept {
-  thread_slot& slot = this_thread_slot();
-  // relaxed: only this thread writes its depth; the fence below orders it before the read.
-  slot.depth.store(slot.depth.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  raise_depth(this_thread_slot(), this);
   asymmetric_fence_light();
   // relaxed: ordered after the depth store by the fence pair (header).
   if (closed_.load(std::memory_order_relaxed)) {
@@ -142,8 +163,7 @@ void outside_gate::leave() noexcept { leave_unknown_host(); }
 void outside_gate::enter_unknown_host() noexcept {
   thread_slot& slot = this_thread_slot();
   for (;;) {
-    // relaxed: only this thread writes its depth; the fence orders it before the read.
-    slot.depth.store(slot.depth.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    raise_depth(slot, several_gates);
     // A closing thread goes on at once (header: it must not wait for another closer).
     if (closing_here != 0) return;
     asymmetric_fence_light();
@@ -177,8 +197,14 @@ void outside_gate::close_and_wait() noexcept {
   std::lock_guard guard(registry_mutex());
   for (thread_slot* slot = registry_head; slot != nullptr; slot = slot->next) {
     if (slot == my_slot) continue;
-    // acquire: pairs with leave()'s release.
-    while (slot->depth.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    // acquire: pairs with leave()'s release. A thread inside another gate only is not waited
+    // for (thread_slot); one that left and entered another meanwhile shows that gate.
+    for (;;) {
+      if (slot->depth.load(std::memory_order_acquire) == 0) break;
+      const void* inside = slot->gate.load(std::memory_order_relaxed);
+      if (inside != this && inside != several_gates) break;
+      std::this_thread::yield();
+    }
   }
 }
 

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -188,6 +192,111 @@ TEST(JoinAcrossRuntimes, CompletionsInOneRuntimeRacingTheJoinersRuntimeDestructi
       ASSERT_TRUE(h.is_finished()) << "round " << round;
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Item 1 through the other spawn paths (attack on issue 14): a slot's and a join set's spawns from
+// plain threads racing shutdown(). Every accepted spawn runs or ends cancelled; after shutdown() no
+// task is live (one entered after the drain stayed pending for ever, its join() blocked).
+TEST(SpawnDuringShutdown, SlotAndJoinSetSpawnsRunEndCancelledOrThrow) {
+  constexpr int rounds = 40;
+  constexpr int spawners = 4;
+  for (int round = 0; round < rounds; ++round) {
+    spindle::runtime rt({.workers = 2});
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::atomic<int> accepted{0};
+    std::vector<spindle::task_slot> slots(spawners);
+    std::vector<std::vector<spindle::join_handle<int>>> handles(spawners);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < spawners; ++t) {
+      threads.emplace_back([&, t] {
+        spindle::join_set<int> set;  // one per thread: a set belongs to one owner
+        ready.fetch_add(1);
+        spin_until([&] { return go.load(); });
+        for (;;) {
+          try {
+            if (t % 2 == 0) {
+              handles[t].push_back(slots[t].spawn(rt, one()));
+            } else {
+              set.spawn(rt, one());
+            }
+            accepted.fetch_add(1);
+          } catch (const spindle::runtime_stopped&) {
+            return;
+          }
+        }
+      });
+    }
+    spin_until([&] { return ready.load() == spawners; });
+    go.store(true);
+    spin_until([&] { return accepted.load() > 32; });
+    rt.shutdown();
+    for (auto& thread : threads) thread.join();
+    EXPECT_EQ(rt.live_tasks(), 0u) << "round " << round << ": a spawn is pending after shutdown";
+    for (auto& per_thread : handles) {
+      for (auto& h : per_thread) ASSERT_TRUE(h.is_finished()) << "round " << round;
+    }
+  }
+}
+
+// The gate's wait is for its own entrants only (attack on issue 14): a thread inside runtime A's
+// gate, running a callable's move constructor that waits for a lock, must not hold up the shutdown
+// of an unrelated runtime B by the thread holding that lock.
+std::mutex user_lock;
+std::atomic<int> moves_made{0};
+std::atomic<int> blocking_move{0};  // 0: none blocks; n: the n-th move waits for user_lock
+std::atomic<bool> blocked_in_move{false};
+
+struct locks_while_moving {
+  locks_while_moving() = default;
+  locks_while_moving(const locks_while_moving&) = default;
+  locks_while_moving(locks_while_moving&&) noexcept {
+    if (moves_made.fetch_add(1) + 1 != blocking_move.load()) return;
+    blocked_in_move.store(true);
+    std::lock_guard guard(user_lock);
+  }
+  int operator()() const { return 1; }
+};
+
+TEST(OutsideGate, ClosingOneRuntimeDoesNotWaitForAThreadInsideAnotherRuntimesGate) {
+  spindle::runtime a({.workers = 1});
+  auto b = std::make_unique<spindle::runtime>(spindle::runtime_options{.workers = 1});
+  // The spawn's last move of the callable is the one into the task, inside A's gate.
+  {
+    locks_while_moving counted;
+    EXPECT_EQ(a.spawn(std::move(counted)).join(), 1);
+  }
+  const int moves_per_spawn = moves_made.exchange(0);
+  ASSERT_GT(moves_per_spawn, 0);
+  std::unique_lock held(user_lock);
+  blocking_move.store(moves_per_spawn);
+  locks_while_moving callable;
+  std::thread spawner([&] {
+    auto handle = a.spawn(std::move(callable));
+    EXPECT_EQ(handle.join(), 1);
+  });
+  spin_until([&] { return blocked_in_move.load(); });
+  std::atomic<bool> b_down{false};
+  std::thread watchdog([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!b_down.load()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "DEADLOCK: B's shutdown waits for a thread inside A's gate\n");
+        std::_Exit(1);
+      }
+      std::this_thread::yield();
+    }
+  });
+  b->shutdown();  // with user_lock held: the spawner cannot leave A's gate until we release it
+  b_down.store(true);
+  held.unlock();
+  spawner.join();
+  watchdog.join();
+  b.reset();
 }
 
 }  // namespace

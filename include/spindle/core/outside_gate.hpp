@@ -22,10 +22,11 @@
 // depth (release). The closer sets `closed_`, issues the heavy half (membarrier: every thread of
 // the process running at that moment executes a full barrier), then waits, slot by slot, until
 // each depth is zero. Either the entrant's read of `closed_` comes after the closer's store (it is
-// refused) or its raised depth is visible to the closer (which waits for its leave). The depth is
-// per thread, not per gate: a closer also waits for threads inside another host's gate. Those
-// spans are as short, so the wait stays bounded; it saves an entrant the locked instruction a
-// shared counter costs.
+// refused) or its raised depth is visible to the closer (which waits for its leave). The slot
+// also names the gate its thread is inside (or "several"), and a closer waits only for threads
+// inside its own gate or several: user code can run inside a span (a callable's move constructor
+// in a spawn, an embedded host's tick_soon() in a wake) and might block on a lock held by the
+// thread that closes an unrelated gate.
 //
 // Without membarrier (an old kernel, or a seccomp filter refusing it) both halves are seq_cst
 // fences; under ThreadSanitizer, which models neither, both are the atomics layer's fence-free

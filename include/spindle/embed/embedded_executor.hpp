@@ -72,9 +72,9 @@
 //      cache are given back (frame_allocator.hpp); the wrappers and the timer wheel go (every
 //      timer entry lived in a destroyed frame).
 // Join handles stay valid and report cancelled. The integration must outlive the executor. Other
-// threads may spawn, wake (through spindle's primitives) and cancel until the destructor runs
+// threads may wake (through spindle's primitives) and cancel its tasks until the destructor runs
 // and while it runs (step 1's gate); what they wake with must itself still be alive, as for the
-// runtime.
+// runtime. A spawn is a call on the executor: it must finish before the destructor is called.
 #pragma once
 
 #include <atomic>

@@ -287,6 +287,8 @@ class join_set {
   }
   void spawn_into(detail::task_host& state, task<T> body) {
     detail::join_set_core* core = checked_core();
+    detail::host_entry entry(state);  // as for any spawn from outside (task/runtime.hpp)
+    if (entry.refused()) throw runtime_stopped();
     detail::join_set_child* child = detail::join_set_core::allocate_child();
     detail::spawned_task<T>* spawned;
     try {

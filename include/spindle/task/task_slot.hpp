@@ -159,6 +159,10 @@ class task_slot {
 template <class T>
 join_handle<T> task_slot::submit(detail::task_host& host, task<T> body) {
   if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
+  // As any spawn from a thread that may be outside the host (task/runtime.hpp, prepare_spawn):
+  // held until the occupant is scheduled, so a shutdown's drain either waits or refuses us.
+  detail::host_entry entry(host);
+  if (entry.refused()) throw runtime_stopped();
   auto* spawned = detail::prepare_spawn(host, detail::occupy_slot(queue_, std::move(body)));
   join_handle<T> handle(spawned);
   try {
