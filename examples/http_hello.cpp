@@ -20,7 +20,10 @@
 // (Content-Length with Transfer-Encoding, two Content-Lengths, a final coding other than chunked,
 // control characters in a field) gets 400 from it. Transfer-Encoding in an HTTP/1.0 request gets
 // 400 (RFC 9112 6.1: faulty framing), a coding this server does not decode before the final
-// chunked ("gzip, chunked") 501.
+// chunked ("gzip, chunked") 501. Host (RFC 9112 3.2): an HTTP/1.1 request without one, a request
+// with two Host field lines or with a Host that is not uri-host [":" port] gets 400 (an HTTP/1.0
+// request may leave it out). White space around a field value may be HTAB as well as SP (RFC
+// 9110 5.6.3), although http-parser takes only SP after "chunked", "close" or a Content-Length.
 // Bounded waiting (slowloris): a request must arrive completely within `request_timeout` of the
 // read that brought its first byte, and a keep-alive connection is closed when no request begins
 // within `idle_timeout` of the last answer (or of the accept); bytes that begin no request (empty
@@ -98,9 +101,16 @@ enum class parse_result {
 //     (visible characters, SP, HTAB), then CRLF; chunk data is followed by CRLF (7.1). The
 //     non-strict parser takes any two bytes after the data and ignores anything after "size ".
 // The checks are a strict subset of what the parser accepts and frame messages as it does, so
-// both agree where every message ends. The one thing read from the parser is a body's framing,
-// known only once it has parsed the header section: scan() stops just past the header section's
-// end, the caller feeds the parser up to there and hands the framing over (begin_body()).
+// both agree where every message ends. One thing is rewritten, not checked: HTAB in a field line
+// (header or trailer section) becomes SP before the parser sees it. OWS is SP or HTAB (RFC 9110
+// 5.6.3) and HTAB is white space anywhere in a field value (5.5), but http-parser 2.9.4 takes only
+// SP after a Content-Length's digits, after "chunked" and after a Connection option, so
+// "Content-Length: 3<HTAB>" got 400 and "Connection: close<HTAB>" kept the connection open. In a
+// field name HTAB stays an error: as SP it is refused by on_header_field. The request line keeps
+// its bytes (SP is its only separator, RFC 9112 3). The one thing read from the parser is a
+// body's framing, known only once it has parsed the header section: scan() stops just past the
+// header section's end, the caller feeds the parser up to there and hands the framing over
+// (begin_body()).
 // Everything else (tokens, versions, Content-Length values, control characters in fields) is
 // the parser's.
 class strict_framing {
@@ -115,7 +125,7 @@ class strict_framing {
     stop reason;
   };
 
-  scan_result scan(const char* data, std::size_t size) {
+  scan_result scan(char* data, std::size_t size) {
     std::size_t i = 0;
     while (i < size) {
       const char c = data[i];
@@ -127,7 +137,7 @@ class strict_framing {
           } else if (c == '\n') {
             return {i, stop::invalid};
           } else {
-            state_ = state::in_line;  // the request line; the parser checks what it holds
+            state_ = state::in_request_line;  // the parser checks what it holds
           }
           break;
         case state::between_lf:
@@ -135,8 +145,17 @@ class strict_framing {
           state_ = state::between;
           ++i;
           break;
-        case state::in_line:  // the request line or a field line: up to its CR
+        case state::in_request_line:  // up to its CR
           while (i < size && data[i] != '\r' && data[i] != '\n') ++i;
+          if (i == size) break;
+          if (data[i] == '\n') return {i, stop::invalid};
+          state_ = state::line_lf;
+          ++i;
+          break;
+        case state::in_field_line:  // up to its CR; HTAB becomes SP (see above)
+          for (; i < size && data[i] != '\r' && data[i] != '\n'; ++i) {
+            if (data[i] == '\t') data[i] = ' ';
+          }
           if (i == size) break;
           if (data[i] == '\n') return {i, stop::invalid};
           state_ = state::line_lf;
@@ -154,7 +173,7 @@ class strict_framing {
           } else if (c == '\n' || c == ' ' || c == '\t') {
             return {i, stop::invalid};
           } else {
-            state_ = state::in_line;
+            state_ = state::in_field_line;
           }
           break;
         case state::section_end_lf:
@@ -258,7 +277,8 @@ class strict_framing {
   enum class state : unsigned char {
     between,           // before a request line
     between_lf,        // an empty line's CR seen: its LF must follow
-    in_line,           // in the request line or a field line
+    in_request_line,   // in the request line
+    in_field_line,     // in a field line
     line_lf,           // a line's CR seen: its LF must follow
     line_start,        // at the start of a field line or of the section's empty line
     section_end_lf,    // the empty line's CR seen: its LF must follow
@@ -315,6 +335,92 @@ struct request_parser {
   bool transfer_codings_cut = false;  // longer than that: 501
   int transfer_encoding_matched = 0;
   bool in_field_value = false;  // the last field callback was on_header_value
+  // The current request's Host field lines, counted as each field ends (finish_field), and their
+  // values (cut at max_host_size: a longer one is refused), for on_headers_complete.
+  static constexpr std::string_view host_name = "host";
+  static constexpr std::size_t max_host_size = 1024;
+  int host_matched = 0;  // as transfer_encoding_matched, for "host"
+  int host_count = 0;
+  std::string host_value;
+  bool host_value_cut = false;
+
+  // Matches a piece of a field name against `name` (lower case), continuing from `matched`.
+  static void match_name(int& matched, std::string_view name, std::string_view piece) {
+    for (const char c : piece) {
+      if (matched < 0) return;
+      if (std::size_t(matched) < name.size() && (c | 0x20) == name[std::size_t(matched)]) {
+        ++matched;
+      } else {
+        matched = -1;
+      }
+    }
+  }
+  // The current field (name and value) ended: count it if it was a Host.
+  void finish_field() {
+    if (host_matched == int(host_name.size())) ++host_count;
+    host_matched = 0;
+    transfer_encoding_matched = 0;
+  }
+
+  // RFC 3986 unreserved and sub-delims: the characters of a reg-name besides percent-encoding.
+  static bool is_name_character(char c) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+    return std::string_view("-._~!$&'()*+,;=").find(c) != std::string_view::npos;
+  }
+  static bool is_hex_digit(char c) {
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+  }
+  // True if `value` (OWS around it aside) is uri-host [":" port] (RFC 9112 3.2, RFC 3986 3.2.2):
+  // a reg-name (which takes in IPv4 addresses; empty for a target without an authority) or an IP
+  // literal in brackets, then optionally ":" and digits. An IP literal is checked for its
+  // characters (hex digits, ":" and "." for IPv6; "v" HEXDIG "." and name characters or ":" for
+  // IPvFuture), not for the full IPv6 grammar.
+  static bool valid_host(std::string_view value) {
+    const std::size_t first = value.find_first_not_of(' ');  // HTAB arrives as SP
+    value = first == std::string_view::npos
+                ? std::string_view()
+                : value.substr(first, value.find_last_not_of(' ') + 1 - first);
+    std::string_view port;
+    if (value.starts_with('[')) {
+      const std::size_t close = value.find(']');
+      if (close == std::string_view::npos) return false;
+      const std::string_view literal = value.substr(1, close - 1);
+      const std::string_view after = value.substr(close + 1);
+      if (!after.empty() && after.front() != ':') return false;
+      if (!after.empty()) port = after.substr(1);
+      if (literal.starts_with('v') || literal.starts_with('V')) {  // IPvFuture
+        const std::size_t dot = literal.find('.');
+        if (dot == std::string_view::npos || dot < 2 || dot + 1 == literal.size()) return false;
+        const std::string_view version = literal.substr(1, dot - 1);
+        if (!std::all_of(version.begin(), version.end(), is_hex_digit)) return false;
+        if (!std::all_of(literal.begin() + std::ptrdiff_t(dot) + 1, literal.end(),
+                         [](char c) { return is_name_character(c) || c == ':'; })) {
+          return false;
+        }
+      } else {  // IPv6address
+        if (literal.find(':') == std::string_view::npos) return false;
+        if (!std::all_of(literal.begin(), literal.end(),
+                         [](char c) { return is_hex_digit(c) || c == ':' || c == '.'; })) {
+          return false;
+        }
+      }
+    } else {
+      const std::size_t colon = value.find(':');
+      if (colon != std::string_view::npos) port = value.substr(colon + 1);
+      const std::string_view name = value.substr(0, colon);
+      for (std::size_t i = 0; i < name.size(); ++i) {
+        if (name[i] == '%') {  // pct-encoded: "%" HEXDIG HEXDIG
+          if (i + 2 >= name.size() || !is_hex_digit(name[i + 1]) || !is_hex_digit(name[i + 2])) {
+            return false;
+          }
+          i += 2;
+        } else if (!is_name_character(name[i])) {
+          return false;
+        }
+      }
+    }
+    return std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  }
 
   // True if `codings` (a comma-separated list, as in Transfer-Encoding) is "chunked" alone, in any
   // case, white space and empty list elements aside. `chunked_count` says how often it appears.
@@ -355,6 +461,10 @@ struct request_parser {
         self->in_message = true;
         self->transfer_codings.clear();
         self->transfer_codings_cut = false;
+        self->host_count = 0;
+        self->host_value.clear();
+        self->host_value_cut = false;
+        self->finish_field();         // (clears the name matching)
         self->in_field_value = true;  // the first field name begins a new field
         return 0;
       };
@@ -365,32 +475,33 @@ struct request_parser {
       // The Debian build of http-parser is not HTTP_PARSER_STRICT: it takes white space into a
       // header field name ("Host : x"), which RFC 9112 5.1 says a server MUST reject with 400.
       // A field name arrives in pieces, but white space in any piece is an error.
-      // The name is also matched against "transfer-encoding", piece by piece.
+      // The name is also matched against "transfer-encoding" and "host", piece by piece.
       s.on_header_field = [](http_parser* p, const char* at, std::size_t length) {
         const std::string_view piece(at, length);
         if (piece.find_first_of(" \t") != std::string_view::npos) return -1;
         auto* self = static_cast<request_parser*>(p->data);
-        if (self->in_field_value) {  // a new field
+        if (self->in_field_value) {  // a new field: the one before it ended
           self->in_field_value = false;
-          self->transfer_encoding_matched = 0;
+          self->finish_field();
         }
-        int& matched = self->transfer_encoding_matched;
-        for (const char c : piece) {
-          if (matched < 0) break;
-          if (std::size_t(matched) < transfer_encoding_name.size() &&
-              (c | 0x20) == transfer_encoding_name[std::size_t(matched)]) {
-            ++matched;
-          } else {
-            matched = -1;
-          }
-        }
+        match_name(self->transfer_encoding_matched, transfer_encoding_name, piece);
+        match_name(self->host_matched, host_name, piece);
         return 0;
       };
-      // Collects the Transfer-Encoding values (several field lines make one list, RFC 9110 5.3).
+      // Collects the Transfer-Encoding values (several field lines make one list, RFC 9110 5.3)
+      // and the Host value.
       s.on_header_value = [](http_parser* p, const char* at, std::size_t length) {
         auto* self = static_cast<request_parser*>(p->data);
         const bool new_value = !self->in_field_value;
         self->in_field_value = true;
+        if (self->host_matched == int(host_name.size())) {
+          if (self->host_value.size() + length > max_host_size) {
+            self->host_value_cut = true;
+          } else {
+            self->host_value.append(at, length);
+          }
+          return 0;
+        }
         if (self->transfer_encoding_matched != int(transfer_encoding_name.size())) return 0;
         std::string& codings = self->transfer_codings;
         if (new_value && !codings.empty()) codings.push_back(',');
@@ -408,6 +519,14 @@ struct request_parser {
           return -1;
         }
         auto* self = static_cast<request_parser*>(p->data);
+        self->finish_field();  // the last field line
+        self->in_field_value = true;  // a trailer section's first name begins a new field
+        // RFC 9112 3.2: 400 for an HTTP/1.1 request without Host, for any request with more than
+        // one Host field line or with an invalid Host value.
+        const bool host_valid = self->host_count == 1
+                                    ? !self->host_value_cut && valid_host(self->host_value)
+                                    : self->host_count == 0 && p->http_minor == 0;
+        if (!host_valid) return -1;
         if (p->upgrade == 0 && p->uses_transfer_encoding) {
           // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message means faulty framing: 400.
           if (p->http_minor == 0) return -1;
@@ -454,7 +573,8 @@ struct request_parser {
   // The parser sees the bytes strict_framing passed, up to the end of a header section at a time
   // (the body's framing comes from the parser), and none past a byte it rejects: the requests
   // before that byte are answered, the one holding it never completes.
-  parse_result feed(const char* data, std::size_t size) {
+  // strict_framing may rewrite bytes of `data` (HTAB to SP in field lines).
+  parse_result feed(char* data, std::size_t size) {
     while (size > 0) {
       const strict_framing::scan_result scanned = framing.scan(data, size);
       // (never 0 bytes: that would tell http-parser the stream ended)
@@ -517,7 +637,7 @@ spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
       const std::size_t n = co_await stream.read(buffer);
       if (n == 0) break;
       const std::size_t begun_before = requests.begun;
-      const parse_result result = requests.feed(reinterpret_cast<const char*>(buffer.data()), n);
+      const parse_result result = requests.feed(reinterpret_cast<char*>(buffer.data()), n);
       // In order: the requests completed before a malformed one are answered first.
       const bool answered = !requests.answers.empty();
       out.swap(requests.answers);

@@ -438,15 +438,16 @@ TEST_P(HttpHello, MalformedRequestGets400AndClose) {
       {"bad method", "G@T / HTTP/1.1\r\nHost: x\r\n\r\n"},
       {"not an HTTP version", "GET / FTP/1.1\r\nHost: x\r\n\r\n"},
       {"bad version number", "GET / HTTP/1.x\r\nHost: x\r\n\r\n"},
-      {"separator in a header name", "GET / HTTP/1.1\r\nBad(Header): x\r\n\r\n"},
-      {"header line without a colon", "GET / HTTP/1.1\r\nNoColon\r\n\r\n"},
-      {"non-numeric Content-Length", "POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n"},
-      {"two Content-Lengths", "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"},
-      {"bad chunk size", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"},
+      {"separator in a header name", "GET / HTTP/1.1\r\nHost: x\r\nBad(Header): x\r\n\r\n"},
+      {"header line without a colon", "GET / HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n"},
+      {"non-numeric Content-Length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"},
+      {"two Content-Lengths",
+       "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"},
+      {"bad chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"},
       {"binary", std::string("\x00\x01\x02\xff\xfe\r\n\r\n", 9)},
       // Over http-parser's 80 KiB header limit: the server stops reading at the limit.
       {"oversized header",
-       "GET / HTTP/1.1\r\nX-Big: " + std::string(100 * 1024, 'a') + "\r\n\r\n"},
+       "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(100 * 1024, 'a') + "\r\n\r\n"},
   };
   for (const auto& [what, request] : malformed) {
     SCOPED_TRACE(what);
@@ -572,7 +573,7 @@ TEST_P(HttpHello, SlowClientsAreCutOff) {
        "POST / HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000\r\n\r\n", "b"},
       {"empty lines, a byte at a time", "", "\r\n"},
       {"an answered request, then a header a byte at a time",
-       std::string(get_request) + "GET / HTTP/1.1\r\nX-Slow: ", "c"},
+       std::string(get_request) + "GET / HTTP/1.1\r\nHost: test\r\nX-Slow: ", "c"},
       {"silent", "", ""},
   };
   for (auto& c : clients) {
@@ -1250,6 +1251,99 @@ TEST_P(HttpHello, StrictChecksHoldAtEverySplit) {
     }
   }
   EXPECT_EQ(fresh_get(server_), hello_response);
+}
+
+// 21. Host (RFC 9112 3.2): an HTTP/1.1 request without one, any request with more than one Host
+// field line, and any request whose Host is not uri-host [":" port] (RFC 3986) gets 400 and the
+// close. An HTTP/1.0 request may leave Host out; an empty Host (a target without an authority)
+// and the forms of uri-host (a name, IPv4, an IP literal, percent-encoding) are answered.
+TEST_P(HttpHello, HostIsRequiredOnceAndValid) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  expect_each_rejected(server_, {
+      {"HTTP/1.1 without Host", "GET / HTTP/1.1\r\n\r\n"},
+      {"HTTP/1.1 POST without Host", "POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"},
+      {"absolute-form without Host", "GET http://example.com/ HTTP/1.1\r\n\r\n"},
+      {"two Host lines", "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"},
+      {"two Host lines, names in other cases",
+       "GET / HTTP/1.1\r\nhOsT: a\r\nX-A: b\r\nHOST: a\r\n\r\n"},
+      {"two Host lines in HTTP/1.0", "GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n"},
+      {"space inside the value", "GET / HTTP/1.1\r\nHost: exa mple.com\r\n\r\n"},
+      {"tab inside the value", "GET / HTTP/1.1\r\nHost: exa\tmple.com\r\n\r\n"},
+      {"a path", "GET / HTTP/1.1\r\nHost: example.com/x\r\n\r\n"},
+      {"userinfo", "GET / HTTP/1.1\r\nHost: user@example.com\r\n\r\n"},
+      {"a port that is not a number", "GET / HTTP/1.1\r\nHost: example.com:8o\r\n\r\n"},
+      {"two ports", "GET / HTTP/1.1\r\nHost: example.com:1:2\r\n\r\n"},
+      {"an IP literal left open", "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n"},
+      {"an IP literal holding a name", "GET / HTTP/1.1\r\nHost: [example.com]\r\n\r\n"},
+      {"junk after an IP literal", "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n"},
+      {"bad percent-encoding", "GET / HTTP/1.1\r\nHost: a%zz\r\n\r\n"},
+      {"a list", "GET / HTTP/1.1\r\nHost: a, b\r\n\r\n"},
+      {"invalid in HTTP/1.0", "GET / HTTP/1.0\r\nHost: a b\r\n\r\n"},
+      {"too long", "GET / HTTP/1.1\r\nHost: " + std::string(2000, 'a') + "\r\n\r\n"},
+  });
+  // One keep-alive connection, a pipeline of valid ones, then the same without Host: the answers
+  // up to it, then the 400.
+  const std::vector<std::string> accepted = {
+      "GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: [v1.fe:x]\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a%41-b_c~d!$&'()*+,;=\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: example.com:\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost:\r\n\r\n",
+      "GET / HTTP/1.1\r\nhost:  example.com \t\r\n\r\n",
+      "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n",
+      "GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+  };
+  std::string pipeline;
+  for (const auto& request : accepted) pipeline += request;
+  const int fd = server_.try_connect();
+  ASSERT_GE(fd, 0);
+  fd_closer closer{fd};
+  ASSERT_TRUE(
+      send_all(fd, pipeline + "GET / HTTP/1.1\r\nX-A: a\r\n\r\n" + std::string(get_request)));
+  const std::string expected =
+      repeat(hello_response, accepted.size()) + std::string(bad_request_response);
+  EXPECT_EQ(receive(fd, expected.size(), 5s), expected);
+  EXPECT_EQ(wait_for_close(fd, 5s), ending::closed);
+}
+
+// 22. OWS is SP or HTAB (RFC 9110 5.6.3): white space around a field value may be HTAB as well as
+// SP. http-parser takes only SP after a Content-Length's digits, after "chunked" and after
+// "close": HTAB there got 400 (and kept a "Connection: close<HTAB>" connection open). A pipeline
+// with HTAB before and after such values, written in two pieces split at every byte position, is
+// answered in full; then "Connection: close<HTAB>" is answered and closes the connection.
+TEST_P(HttpHello, TabIsOptionalWhiteSpaceLikeSpace) {
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), {}));
+  const std::vector<std::string> accepted = {
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3 \r\n\r\nabc",
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\t\r\n\r\nabc",
+      "POST / HTTP/1.1\r\nHost: t\r\nContent-Length:\t3\t \t\r\n\r\nabc",
+      "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked \r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\t\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding:\tchunked\t\r\n\r\n0\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost:\ttest\t\r\nConnection: keep-alive\t\r\n\r\n",
+  };
+  std::string pipeline;
+  for (const auto& request : accepted) pipeline += request;
+  const std::string answers = repeat(hello_response, accepted.size());
+  const int fd = server_.try_connect();
+  ASSERT_GE(fd, 0);
+  fd_closer closer{fd};
+  ASSERT_TRUE(send_all(fd, pipeline));
+  ASSERT_EQ(receive(fd, answers.size(), 5s), answers);
+  for (std::size_t split = 1; split < pipeline.size(); ++split) {
+    SCOPED_TRACE("split at " + std::to_string(split));
+    ASSERT_TRUE(send_all(fd, std::string_view(pipeline).substr(0, split)));
+    ASSERT_TRUE(send_all(fd, std::string_view(pipeline).substr(split)));
+    ASSERT_EQ(receive(fd, answers.size(), 5s), answers);
+  }
+  ASSERT_TRUE(send_all(fd, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\t\r\n\r\n" +
+                               std::string(get_request)));
+  EXPECT_EQ(receive(fd, hello_response.size(), 5s), hello_response);
+  std::string extra;
+  EXPECT_EQ(wait_for_close(fd, 5s, &extra), ending::closed)
+      << "answered a request after Connection: close<HTAB>: " << extra;
 }
 
 }  // namespace
