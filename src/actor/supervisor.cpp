@@ -3,6 +3,7 @@
 #include "spindle/actor/supervisor.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <optional>
 #include <unordered_map>
@@ -162,6 +163,17 @@ class supervisor_behaviour {
     try {
       actor_handle handle = spec_.children[child].start(resolve(spec_.children[child].placement));
       if (!handle) throw usage_error("spindle: a supervisor's child factory returned no actor");
+      if (child_of_.contains(handle.id())) {
+        // One actor is one child: tracked twice, its one down notification would end only one
+        // of them, and a stop would wait forever for the other. A failed start of this child.
+        const std::string& other = plan_.child(child_of_.at(handle.id())).name;
+        std::fprintf(stderr,
+                     "spindle: supervisor %llu: the factory of child '%s' returned the actor of "
+                     "running child '%s'; counted as a failed start of '%s'\n",
+                     static_cast<unsigned long long>(ctx.id()), plan_.child(child).name.c_str(),
+                     other.c_str(), plan_.child(child).name.c_str());
+        throw usage_error("spindle: a supervisor's child factory returned another child's actor");
+      }
       ctx.monitor(handle);
       child_of_[handle.id()] = child;
       children_[child] = std::move(handle);

@@ -122,6 +122,45 @@ TEST(ActorWatch, LinkPlacedAfterACrashInOnStartReportsTheCrash) {
 }
 
 
+// issue 14, attack: watching an empty handle from a handler used to dereference null (SIGSEGV).
+// link and monitor throw usage_error, as every member of an empty handle does; unlink and
+// demonitor (noexcept) do nothing.
+struct empty_handle_watcher {
+  using message_type = int;
+  std::promise<std::vector<std::string>>* outcomes;
+  void on_start(actor_context<int>& ctx) {
+    std::vector<std::string> seen;
+    const actor_handle empty;
+    try {
+      ctx.link(empty);
+      seen.push_back("link returned");
+    } catch (const spindle::usage_error&) {
+      seen.push_back("link threw usage_error");
+    }
+    try {
+      ctx.monitor(empty);
+      seen.push_back("monitor returned");
+    } catch (const spindle::usage_error&) {
+      seen.push_back("monitor threw usage_error");
+    }
+    ctx.unlink(empty);
+    ctx.demonitor(empty, 1);
+    seen.push_back("unlink and demonitor did nothing");
+    outcomes->set_value(std::move(seen));
+  }
+  void receive(int) {}
+};
+
+TEST(ActorWatch, WatchingAnEmptyHandleIsAUsageErrorAndUnwatchingItDoesNothing) {
+  runtime rt({.workers = 2});
+  std::promise<std::vector<std::string>> outcomes;
+  auto watcher = spawn_actor<empty_handle_watcher>(rt, &outcomes);
+  const std::vector<std::string> expected{"link threw usage_error", "monitor threw usage_error",
+                                          "unlink and demonitor did nothing"};
+  EXPECT_EQ(outcomes.get_future().get(), expected);
+  EXPECT_NE(watcher.state(), actor_state::halted);  // the errors were caught: it still runs
+}
+
 // A plain task awaits an actor's exit (monitor_actor), before and after the actor halted; a
 // plain thread waits on the same receiver.
 TEST(ActorWatch, APlainTaskAwaitsAnActorsExit) {

@@ -15,6 +15,7 @@
 
 #include "spindle/actor/supervisor.hpp"
 #include "spindle/spindle.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -410,6 +411,48 @@ TEST(Supervisor, ATopLevelSupervisorGivingUpIsReported) {
   const spindle::exit_reason why = awaited.join();
   EXPECT_EQ(why.kind, exit_kind::crashed);
   EXPECT_NE(why.describe().find("restart limit"), std::string::npos) << why.describe();
+  EXPECT_EQ(log.wait_for(3), (std::vector<std::string>{"start:a", "start:b", "stop:a"}));
+}
+
+spindle::task<spindle::exit_reason> exit_of(actor_handle target) {
+  co_return co_await spindle::monitor_actor(target);
+}
+
+// issue 14, attack: two factories returning the same actor made the supervisor track it twice
+// (the second child overwrote the first in its map by actor id), and stop() then waited forever
+// for a down notification already consumed. A factory result that is already a running child
+// is a failed start of the second child: the supervisor runs the actor once, and stops it once.
+TEST(Supervisor, AFactoryReturningAnotherChildsActorIsAFailedStart) {
+  event_log log;
+  runtime rt({.workers = 2});
+  auto shared = std::make_shared<actor_handle>();
+  supervisor_spec spec;
+  supervised_child first = child(log, "a", {}, restart_type::always, &rt);
+  first.start = [&log, &rt, shared](const spawn_options& options) {
+    log.add("start:a");
+    *shared = actor_handle(spawn_actor<worker>(rt, options, &log, std::string("a")));
+    return *shared;
+  };
+  spec.children.push_back(std::move(first));
+  supervised_child second;
+  second.name = "b";
+  second.restart = restart_type::never;  // its failed start is not retried
+  second.depends_on = {"a"};
+  second.start = [&log, shared](const spawn_options&) {
+    log.add("start:b");
+    return *shared;  // the actor child "a" runs already
+  };
+  spec.children.push_back(std::move(second));
+  auto sup = spindle::spawn_supervisor(rt, std::move(spec));
+  log.wait_for(2);
+  EXPECT_TRUE(child_handle(rt, sup, "a"));
+  EXPECT_FALSE(child_handle(rt, sup, "b")) << "the same actor is tracked as two children";
+  auto down = rt.spawn(exit_of(sup));
+  sup.stop(exit_kind::shutdown);
+  spindle::exit_reason why;
+  ASSERT_NO_THROW(why = spindle::testing::join_bounded(std::move(down), std::chrono::seconds(5)))
+      << "stop() did not complete";
+  EXPECT_EQ(why.kind, exit_kind::shutdown);
   EXPECT_EQ(log.wait_for(3), (std::vector<std::string>{"start:a", "start:b", "stop:a"}));
 }
 

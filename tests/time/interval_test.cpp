@@ -125,6 +125,14 @@ TEST(Interval, ACancelledTickIsNotConsumed) {
   EXPECT_TRUE(cancelled.load());
 }
 
+// issue 14, attack: a period wider than clock_duration used to wrap to a negative one (and be
+// rejected); it saturates: the first tick is at the end of time.
+TEST(Interval, TheLongestPeriodSaturatesInsteadOfWrapping) {
+  const spindle::interval every(virtual_start, std::chrono::milliseconds::max());
+  EXPECT_EQ(every.period(), clock_duration::max());
+  EXPECT_EQ(every.next_tick(), clock_time::max());
+}
+
 TEST(Interval, RejectsANonPositivePeriod) {
   EXPECT_THROW(spindle::interval(virtual_start, 0s), spindle::usage_error);
   EXPECT_THROW(spindle::interval(virtual_start, -1s), spindle::usage_error);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <thread>
 
 #include "spindle/spindle.hpp"
@@ -168,6 +169,61 @@ TEST(Sleep, ShutdownDestroysASleepingTaskAndDisarmsItsTimer) {
   }  // the frame is destroyed while suspended: the awaiter disarms its entry
   EXPECT_EQ(handle.status(), spindle::task_status::cancelled);
   EXPECT_FALSE(saw_cancel.load());  // destroyed, not resumed
+}
+
+// issue 14, attack: a duration wider than clock_duration (milliseconds::max(), seconds::max())
+// used to overflow in its conversion to nanoseconds, wrap to a negative value and complete at
+// once. It saturates: the sleep lasts until cancelled.
+template <class Duration>
+task<void> sleep_the_longest(Duration duration) {
+  co_await spindle::sleep_for(duration);
+}
+
+template <class Duration>
+void expect_sleeps_until_cancelled(Duration duration) {
+  spindle::manual_clock clock(virtual_start);
+  spindle::runtime rt({.workers = 2, .clock = &clock});
+  auto handle = rt.spawn(sleep_the_longest(duration));
+  // Armed, or (the defect) finished without arming: whichever comes first, no 60 s wait.
+  ASSERT_TRUE(eventually([&] { return armed_timers(rt) == 1 || handle.is_finished(); }));
+  ASSERT_FALSE(handle.is_finished()) << "the longest sleep completed at once";
+  auto short_sleeper = rt.spawn(sleep_the_longest(1s));
+  ASSERT_TRUE(eventually([&] { return armed_timers(rt) == 2; }));
+  clock.advance(24h * 365 * 100);  // a century of virtual time: still far from the deadline
+  // The sleeper due within that century completes: the timers were checked after the jump.
+  EXPECT_NO_THROW(join_bounded(std::move(short_sleeper)));
+  EXPECT_FALSE(handle.is_finished());
+  handle.cancel();
+  EXPECT_THROW(handle.join(), spindle::task_cancelled);
+  EXPECT_EQ(armed_timers(rt), 0u);
+}
+
+TEST(Sleep, CoarserDurationsConvertSaturating) {
+  using spindle::detail::to_clock_duration;
+  static_assert(to_clock_duration(std::chrono::milliseconds::max()) == clock_duration::max());
+  static_assert(to_clock_duration(std::chrono::seconds::max()) == clock_duration::max());
+  static_assert(to_clock_duration(std::chrono::hours::min()) == clock_duration::min());
+  static_assert(to_clock_duration(1500ms) == 1500ms);
+  static_assert(to_clock_duration(-3s) == -3s);
+  static_assert(to_clock_duration(0s) == clock_duration::zero());
+  // The last count that fits converts exactly; the next one saturates.
+  constexpr std::int64_t last = clock_duration::max().count() / 1'000'000;
+  static_assert(to_clock_duration(std::chrono::milliseconds(last)) ==
+                clock_duration(last * 1'000'000));
+  static_assert(to_clock_duration(std::chrono::milliseconds(last + 1)) == clock_duration::max());
+  static_assert(to_clock_duration(std::chrono::duration<std::uint64_t>(
+                    std::numeric_limits<std::uint64_t>::max())) == clock_duration::max());
+  EXPECT_EQ(spindle::detail::to_clock_time(
+                std::chrono::time_point<std::chrono::steady_clock, std::chrono::seconds>::max()),
+            clock_time::max());
+}
+
+TEST(Sleep, TheLongestMillisecondsSaturateInsteadOfWrapping) {
+  expect_sleeps_until_cancelled(std::chrono::milliseconds::max());
+}
+
+TEST(Sleep, TheLongestSecondsSaturateInsteadOfWrapping) {
+  expect_sleeps_until_cancelled(std::chrono::seconds::max());
 }
 
 task<clock_duration> real_sleep(clock_duration duration) {

@@ -56,6 +56,26 @@ TEST(Timeout, SlowInnerIsCancelledAndTimesOut) {
   EXPECT_EQ(armed_timers(rt), 0u);  // its sleep was disarmed by the cancellation
 }
 
+// The conversion happens at run time, in the task (a constant argument may be folded).
+template <class Duration>
+task<int> slow_value_within(Duration timeout, std::atomic<bool>* saw_cancel) {
+  co_return co_await spindle::with_timeout(timeout, slow_value(2h, 42, saw_cancel));
+}
+
+// issue 14, attack: with_timeout(milliseconds::max(), ...) used to wrap to a negative timeout
+// in the conversion to nanoseconds and time out at once; it saturates (never times out).
+TEST(Timeout, TheLongestTimeoutSaturatesInsteadOfWrapping) {
+  spindle::manual_clock clock(virtual_start);
+  spindle::runtime rt({.workers = 2, .clock = &clock});
+  std::atomic<bool> saw_cancel{false};
+  auto handle = rt.spawn(slow_value_within(std::chrono::milliseconds::max(), &saw_cancel));
+  ASSERT_TRUE(eventually([&] { return armed_timers(rt) == 2 || handle.is_finished(); }));
+  clock.advance(1h);  // the timers are checked: a timeout that wrapped into the past fires here
+  clock.advance(1h);
+  EXPECT_EQ(handle.join(), 42);
+  EXPECT_FALSE(saw_cancel.load());
+}
+
 TEST(Timeout, DeadlineVariant) {
   spindle::manual_clock clock(virtual_start);
   spindle::runtime rt({.workers = 2, .clock = &clock});

@@ -289,18 +289,22 @@ class actor_context {
     return cell_.home.load(std::memory_order_relaxed);  // relaxed: the owner's own field
   }
   // Links (A7): if either actor halts abnormally, the other is told (on_exit) or halts too.
-  void link(const actor_handle& other) { actor_detail::add_watch(*other.cell(), cell_, 0); }
+  // usage_error if `other` is empty. unlink of an empty handle does nothing (nothing can be
+  // linked to it; noexcept).
+  void link(const actor_handle& other) { actor_detail::add_watch(watched(other), cell_, 0); }
   void unlink(const actor_handle& other) noexcept {
-    actor_detail::remove_watch(*other.cell(), cell_, 0);
+    if (other) actor_detail::remove_watch(*other.cell(), cell_, 0);
   }
   // Monitors: this actor gets a down_message (on_down) when `other` halts. Returns its id.
+  // usage_error if `other` is empty; demonitor of an empty handle does nothing (noexcept).
   std::uint64_t monitor(const actor_handle& other) {
+    actor_detail::actor_cell& target = watched(other);  // first: no id spent on an empty one
     const std::uint64_t id = cell_.system->next_id();
-    actor_detail::add_watch(*other.cell(), cell_, id);
+    actor_detail::add_watch(target, cell_, id);
     return id;
   }
   void demonitor(const actor_handle& other, std::uint64_t monitor_id) noexcept {
-    actor_detail::remove_watch(*other.cell(), cell_, monitor_id);
+    if (other) actor_detail::remove_watch(*other.cell(), cell_, monitor_id);
   }
   // While an io_guard lives, the actor is never migrated (its I/O completes on this executor).
   class io_guard {
@@ -321,6 +325,11 @@ class actor_context {
   actor_system& system() const noexcept { return *cell_.system; }
 
  private:
+  static actor_detail::actor_cell& watched(const actor_handle& other) {
+    if (!other) throw usage_error("spindle: an empty actor reference was linked or monitored");
+    return *other.cell();
+  }
+
   actor_detail::actor_cell& cell_;
 };
 

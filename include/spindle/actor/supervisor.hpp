@@ -16,7 +16,9 @@
 // before the next action, so dependents are gone before what they depend on is stopped, and a
 // restarted child starts only after everything it depends on has started. Child exits that
 // arrive while actions are pending are queued and decided afterwards, in arrival order. A child
-// whose factory throws counts as a crash of that child.
+// whose factory throws counts as a crash of that child; so does one whose factory returns no
+// actor, or an actor that is already another running child of this supervisor (one actor is
+// one child: tracked twice, a stop would wait forever; a line on stderr names both children).
 //
 // Stopping (issue 14, item 7; Erlang's supervisor shutdown): a stop request to the supervisor
 // (stop(), or its own supervisor stopping it) is not carried out at once: the supervisor stops
@@ -81,6 +83,7 @@ struct supervised_child {
   // stop request is handled after the messages queued before it). Zero: killed at once. A
   // child that is a supervisor stops its own children first: give it the sum of theirs (once
   // killed, it sends the rest of its children their stop requests all together).
+  // milliseconds::max(): never killed (the time module saturates it, sleep.hpp).
   std::chrono::milliseconds stop_timeout{5000};
   // Spawns the child with these options (placement resolved) and returns its handle.
   std::function<actor_handle(const spawn_options&)> start;

@@ -35,7 +35,16 @@ class interval {
  public:
   // Ticks at now() + k * period, k = 1, 2, ...
   explicit interval(clock_duration period) : interval(now(), period) {}
+  // A period in a coarser unit saturates (sleep.hpp): beyond the range, one tick at the end.
+  template <class Rep, class Period>
+    requires detail::coarser_integral_duration<Rep, Period>
+  explicit interval(std::chrono::duration<Rep, Period> period)
+      : interval(detail::to_clock_duration(period)) {}
   // Ticks at start + k * period, k = 1, 2, ...
+  template <class Rep, class Period>
+    requires detail::coarser_integral_duration<Rep, Period>
+  interval(clock_time start, std::chrono::duration<Rep, Period> period)
+      : interval(start, detail::to_clock_duration(period)) {}
   interval(clock_time start, clock_duration period) : period_(period) {
     if (period <= clock_duration::zero()) {
       throw usage_error("spindle::interval: the period must be positive");

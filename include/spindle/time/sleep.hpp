@@ -18,6 +18,11 @@
 //
 // Semantics
 //   - The deadline of sleep_for(d) is fixed when sleep_for is called: now() + d (saturating).
+//   - Every duration the module takes (sleep_for, with_timeout, interval) and every time point
+//     (sleep_until, with_deadline) in a coarser unit than clock_duration (milliseconds, seconds,
+//     ...) is converted saturating (detail::to_clock_duration): one beyond clock_duration's
+//     range is clock_duration::max() (min() below), never an overflow that wraps to a past
+//     deadline. So sleep_for(milliseconds::max()) sleeps until cancelled (issue 14, attack).
 //   - A deadline that has already passed (d <= 0, sleep_until in the past) completes at once,
 //     without suspending; it is still a cancellation point: if the task's cancellation was
 //     requested, the await throws task_cancelled. It counts against the task's cooperative
@@ -34,7 +39,12 @@
 // (interval, timeout).
 #pragma once
 
+#include <chrono>
+#include <concepts>
 #include <coroutine>
+#include <cstdint>
+#include <ratio>
+#include <utility>
 
 #include "spindle/core/clock.hpp"
 #include "spindle/core/timer_wheel.hpp"
@@ -89,6 +99,35 @@ class timer_wait : public cancellable_wait {
 // now() + duration without overflowing (clock_time::max() / min() at the ends).
 clock_time saturating_add(clock_time base, clock_duration duration) noexcept;
 
+// A duration that converts to clock_duration exactly (an integral count of a whole number of
+// nanoseconds) but may lie beyond its range: milliseconds, seconds, hours...
+template <class Rep, class Period>
+concept coarser_integral_duration =
+    std::integral<Rep> && !std::same_as<Rep, bool> && std::ratio_divide<Period, std::nano>::den == 1 &&
+    !std::same_as<std::chrono::duration<Rep, Period>, clock_duration>;
+
+// `duration` as clock_duration, saturating: beyond the range, clock_duration::max() / min()
+// (the implicit conversion multiplies and overflows: milliseconds::max() became -1 ms).
+template <class Rep, class Period>
+  requires coarser_integral_duration<Rep, Period>
+constexpr clock_duration to_clock_duration(std::chrono::duration<Rep, Period> duration) noexcept {
+  constexpr std::intmax_t nanoseconds_per_unit = std::ratio_divide<Period, std::nano>::num;
+  constexpr clock_duration::rep largest_count =
+      clock_duration::max().count() / nanoseconds_per_unit;
+  if (std::cmp_greater(duration.count(), largest_count)) return clock_duration::max();
+  if (std::cmp_less(duration.count(), -largest_count)) return clock_duration::min();
+  return clock_duration(static_cast<clock_duration::rep>(duration.count()) * nanoseconds_per_unit);
+}
+
+// A steady_clock time point in a coarser unit as clock_time, saturating the same way.
+template <class Rep, class Period>
+  requires coarser_integral_duration<Rep, Period>
+constexpr clock_time to_clock_time(
+    std::chrono::time_point<std::chrono::steady_clock, std::chrono::duration<Rep, Period>>
+        time) noexcept {
+  return clock_time(to_clock_duration(time.time_since_epoch()));
+}
+
 }  // namespace detail
 
 // The awaitable returned by sleep_for / sleep_until.
@@ -100,9 +139,22 @@ class [[nodiscard]] sleep_awaiter : public detail::timer_wait {
 // Completes once the runtime's clock reaches `deadline`.
 inline sleep_awaiter sleep_until(clock_time deadline) noexcept { return sleep_awaiter(deadline); }
 
+template <class Rep, class Period>
+  requires detail::coarser_integral_duration<Rep, Period>
+sleep_awaiter sleep_until(
+    std::chrono::time_point<std::chrono::steady_clock, std::chrono::duration<Rep, Period>>
+        deadline) noexcept {
+  return sleep_awaiter(detail::to_clock_time(deadline));
+}
+
 // Completes once `duration` has passed, counted from this call. Throws usage_error off a worker.
 inline sleep_awaiter sleep_for(clock_duration duration) {
   return sleep_awaiter(detail::saturating_add(now(), duration));
+}
+template <class Rep, class Period>
+  requires detail::coarser_integral_duration<Rep, Period>
+sleep_awaiter sleep_for(std::chrono::duration<Rep, Period> duration) {
+  return sleep_for(detail::to_clock_duration(duration));
 }
 
 }  // namespace spindle

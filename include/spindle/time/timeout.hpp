@@ -114,10 +114,24 @@ task<T> with_deadline(clock_time deadline, task<T> inner) {
   return detail::run_with_timer<T>(deadline, clock_duration::zero(), std::move(inner));
 }
 
+template <class T, class Rep, class Period>
+  requires detail::coarser_integral_duration<Rep, Period>
+task<T> with_deadline(
+    std::chrono::time_point<std::chrono::steady_clock, std::chrono::duration<Rep, Period>> deadline,
+    task<T> inner) {
+  return with_deadline(detail::to_clock_time(deadline), std::move(inner));
+}
+
 // Runs `inner`, cancelling it if it has not completed `timeout` after the returned task starts.
+// A timeout in a coarser unit saturates (sleep.hpp): milliseconds::max() never times out.
 template <class T>
 task<T> with_timeout(clock_duration timeout, task<T> inner) {
   return detail::run_with_timer<T>(std::nullopt, timeout, std::move(inner));
+}
+template <class T, class Rep, class Period>
+  requires detail::coarser_integral_duration<Rep, Period>
+task<T> with_timeout(std::chrono::duration<Rep, Period> timeout, task<T> inner) {
+  return with_timeout(detail::to_clock_duration(timeout), std::move(inner));
 }
 
 }  // namespace spindle
