@@ -201,6 +201,8 @@ void outside_gate::close_and_wait() noexcept {
     // for (thread_slot); one that left and entered another meanwhile shows that gate.
     for (;;) {
       if (slot->depth.load(std::memory_order_acquire) == 0) break;
+      // relaxed: written before the depth it goes with (both before the entrant's fence); a stale
+      // value only names a gate the thread has since left, or one it is in: never a wrong exit.
       const void* inside = slot->gate.load(std::memory_order_relaxed);
       if (inside != this && inside != several_gates) break;
       std::this_thread::yield();
