@@ -5,7 +5,8 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libfmt-dev liburing-dev libhwloc-dev relacy-dev libhttp-parser-dev)
+          libfmt-dev liburing-dev libhwloc-dev relacy-dev libhttp-parser-dev
+          nlohmann-json3-dev prometheus chromium)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -82,6 +82,7 @@
 #include "spindle/core/injector.hpp"
 #include "spindle/core/outside_gate.hpp"
 #include "spindle/core/runnable.hpp"
+#include "spindle/core/diagnostics_options.hpp"
 #include "spindle/core/runtime_monitor.hpp"
 #include "spindle/core/topology.hpp"
 
@@ -169,6 +170,8 @@ struct runtime_options {
   // no cached frames. Zero: no idle trimming (memory is then given back only above the bound and
   // at shutdown).
   std::chrono::nanoseconds frame_cache_idle_trim = std::chrono::seconds(1);
+  // Diagnostics: tracing, histograms, warnings, the live view (diagnostics_options.hpp).
+  diagnostics_options diagnostics{};
 };
 
 // A worker's thread: std::thread cannot choose its stack size, so a pthread made with

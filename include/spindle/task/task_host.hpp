@@ -23,6 +23,7 @@
 
 #include "spindle/core/clock.hpp"
 #include "spindle/core/runnable.hpp"
+#include "spindle/diagnostics/registry.hpp"
 #include "spindle/task/task_table.hpp"
 
 namespace spindle::core {
@@ -61,6 +62,9 @@ class task_host : public core::scheduler {
   // still in the table (destroys its frames, records "cancelled"), until none is left.
   void abandon_all() noexcept;
 
+  // What the parts above the task layer contribute to this host's snapshot and metrics
+  // (diagnostics/registry.hpp). Declared first, so destroyed last: contributors are gone by then.
+  spindle::diagnostics::registry diagnostics_registry;
   // Every spawned task not yet completed has a slot here (ids, shutdown, diagnostics).
   task_table tasks;
   // Names of live tasks, for spawn_named / wait_named (task/named_tasks.hpp).
