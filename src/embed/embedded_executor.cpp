@@ -8,6 +8,8 @@
 
 #include "spindle/core/errors.hpp"
 #include "spindle/core/frame_allocator.hpp"
+#include "spindle/diagnostics/server.hpp"
+#include "spindle/task/live_view.hpp"
 
 namespace spindle::embed {
 namespace {
@@ -43,7 +45,14 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   options_.tasks_per_tick = std::max<std::uint32_t>(options_.tasks_per_tick, 1);
   options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
   options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
-  core::add_frame_cache_share(options_.frame_cache_bytes);  // last: nothing below throws
+  core::add_frame_cache_share(options_.frame_cache_bytes);
+  // The live view (task/live_view.hpp); it never throws: nothing below throws.
+  live_view = ::spindle::detail::start_live_view(*this, nullptr, options_.diagnostics,
+                                                 "embedded executor");
+}
+
+std::uint16_t embedded_executor::diagnostics_port() const noexcept {
+  return live_view ? live_view->port() : 0;
 }
 
 embedded_executor::~embedded_executor() {
@@ -51,6 +60,8 @@ embedded_executor::~embedded_executor() {
     std::fputs("spindle: an embedded executor destroyed from inside its own tick\n", stderr);
     std::terminate();
   }
+  // The server reads the task table and the registry: it stops before anything is taken apart.
+  stop_live_view();
   // Step 1. relaxed, both: the destructor's caller owns the executor; a concurrent waker that
   // misses the flag pushes onto the action queue, which step 2 closes (the close's acquire
   // exchange then takes its node).

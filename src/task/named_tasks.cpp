@@ -43,6 +43,15 @@ std::size_t named_task_registry::live(const std::string& name) const {
   return it == entries_.end() ? 0 : it->second->live;
 }
 
+std::vector<std::pair<std::string, std::size_t>> named_task_registry::live_names() const {
+  std::vector<std::pair<std::string, std::size_t>> names;
+  std::lock_guard guard(mutex_);
+  for (const auto& [name, e] : entries_) {
+    if (e->live > 0) names.emplace_back(name, e->live);
+  }
+  return names;
+}
+
 // --- wait_named ------------------------------------------------------------------------------------
 
 bool named_task_registry::wait_awaiter::await_suspend(std::coroutine_handle<> h) {

@@ -3,6 +3,8 @@
 
 #include "spindle/core/executor.hpp"
 #include "spindle/core/frame_allocator.hpp"
+#include "spindle/diagnostics/server.hpp"
+#include "spindle/task/live_view.hpp"
 
 namespace spindle {
 namespace detail {
@@ -64,10 +66,14 @@ runtime::runtime(runtime_options options) {
   // breaks the cycle state -> core -> hook -> state.
   std::shared_ptr<detail::runtime_state> keep = state_;
   core->set_on_stopped([keep] {
+    keep->stop_live_view();  // a shutdown started on the core directly: the server goes first
     keep->abandon_all();
     keep->stop_extensions();
   });
   core->start(core);
+  // The live view (task/live_view.hpp), once the executors exist: it lists them.
+  state_->live_view = detail::start_live_view(*state_, core.get(), core->options().diagnostics,
+                                              "runtime");
 }
 
 runtime::~runtime() {
@@ -81,7 +87,14 @@ runtime::~runtime() {
 
 void runtime::shutdown() noexcept {
   if (!state_) return;
+  // The server reads the executors, the task table and the registry's contributors: it stops
+  // before the core's shutdown takes any of them apart.
+  state_->stop_live_view();
   if (auto core = state_->core) core->shutdown();
+}
+
+std::uint16_t runtime::diagnostics_port() const noexcept {
+  return state_->live_view ? state_->live_view->port() : 0;
 }
 
 }  // namespace spindle

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "spindle/diagnostics/server.hpp"
 #include "spindle/task/named_tasks.hpp"
 #include "spindle/task/spawned_task.hpp"
 
@@ -11,7 +12,11 @@ namespace spindle::detail {
 task_host::task_host(std::uint32_t shards)
     : tasks(shards), names(std::make_unique<named_task_registry>()) {}
 
-task_host::~task_host() = default;
+task_host::~task_host() { stop_live_view(); }
+
+void task_host::stop_live_view() noexcept {
+  if (live_view) live_view->stop();
+}
 
 void task_host::abandon_all() noexcept {
   // Collect first: abandoning runs frame destructors and frees slots. Repeat in case a

@@ -114,6 +114,9 @@ struct embedded_options {
   // cache"). The destructor gives the share back, and the destroying thread's private cache.
   // Clamped to core::max_frame_cache_bytes (1 TiB).
   std::size_t frame_cache_bytes = std::size_t(4) << 20;
+  // Diagnostics (core/diagnostics_options.hpp): the live view's address, as for a runtime
+  // (SPINDLE_DIAGNOSTICS applies here too).
+  core::diagnostics_options diagnostics{};
 };
 
 // Counters since construction. statistics() and has_ready_work() belong to the ticking thread
@@ -180,6 +183,9 @@ class embedded_executor final : private ::spindle::detail::task_host {
   clock_time next_deadline() const noexcept;
 
   embedded_statistics statistics() const noexcept;
+  // The TCP port of this executor's live view (embedded_options::diagnostics or
+  // SPINDLE_DIAGNOSTICS), 0 when none is serving. Any thread.
+  std::uint16_t diagnostics_port() const noexcept;
   // For tests and diagnostics: called at the start of every phase (ticking thread); null: off.
   void set_phase_observer(void (*observer)(void* context, phase), void* context) noexcept {
     phase_observer_ = observer;

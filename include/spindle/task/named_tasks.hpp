@@ -30,6 +30,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "spindle/core/intrusive_list.hpp"
 #include "spindle/task/spawned_task.hpp"
@@ -48,6 +49,8 @@ class named_task_registry {
   // Completion hook: one fewer; the last one wakes every waiter.
   void remove(const std::string& name) noexcept;
   std::size_t live(const std::string& name) const;
+  // Every name with live tasks and how many (a snapshot under the lock; diagnostics).
+  std::vector<std::pair<std::string, std::size_t>> live_names() const;
 
  private:
   struct entry;

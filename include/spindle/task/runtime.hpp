@@ -221,6 +221,9 @@ class runtime {
   std::size_t live_tasks() const noexcept { return state_->tasks.live_count(); }
   // Whether the task with this id is still live (ids are generational: never a newer task).
   bool is_live(task_id id) const noexcept { return state_->tasks.contains(id); }
+  // The TCP port of this runtime's live view (diagnostics/server.hpp; runtime_options::
+  // diagnostics.server_address or SPINDLE_DIAGNOSTICS), 0 when none is serving.
+  std::uint16_t diagnostics_port() const noexcept;
 
   // Stops the runtime (see above). Idempotent; the destructor calls it.
   void shutdown() noexcept;

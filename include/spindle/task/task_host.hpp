@@ -30,6 +30,10 @@ namespace spindle::core {
 class timer_service;
 }
 
+namespace spindle::diagnostics {
+class server;
+}
+
 namespace spindle::detail {
 
 class named_task_registry;
@@ -69,6 +73,13 @@ class task_host : public core::scheduler {
   task_table tasks;
   // Names of live tasks, for spawn_named / wait_named (task/named_tasks.hpp).
   const std::unique_ptr<named_task_registry> names;
+  // The live view (diagnostics/server.hpp), when runtime_options::diagnostics or the variable
+  // SPINDLE_DIAGNOSTICS asked for one (task/live_view.hpp); null otherwise. Set while the host
+  // is built, before any other thread can reach it; declared last, so destroyed first.
+  std::unique_ptr<spindle::diagnostics::server> live_view;
+  // Stops the live view's thread (idempotent, any thread): the host's shutdown calls it before
+  // it takes apart what the server reads (the table, the registry's contributors, executors).
+  void stop_live_view() noexcept;
 
  protected:
   ~task_host();
