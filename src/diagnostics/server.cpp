@@ -321,6 +321,8 @@ http_parser_settings parser_settings() {
 
 bool server::state::host_allowed(std::string_view host) const {
   if (!bound.loopback) return true;  // the user chose to serve beyond loopback
+  // HTTP/1.0 clients may send none; browsers (what rebinding abuses) always send one.
+  if (host.empty()) return true;
   // Strip ":port" (after "]" for an IPv6 literal).
   std::string_view name = host;
   const auto bracket = name.rfind(']');
@@ -681,6 +683,9 @@ void server::run() noexcept {
   for (connection& c : connections) {
     if (c.fd >= 0) ::close(c.fd);
   }
+  // The port is free once stop() returns (the destructor may come much later).
+  ::close(st.listen_fd);
+  st.listen_fd = -1;
 }
 
 }  // namespace spindle::diagnostics
