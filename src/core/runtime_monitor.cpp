@@ -236,6 +236,7 @@ executor_sample runtime_monitor::sample_executor(std::uint32_t index) const noex
   sample.inbox_holds_work = !e.inbox_.empty();
   sample.injector_queued = core_.injector_.size(index);
   sample.injector_taken = core_.injector_.taken(index);
+  sample.thread_id = e.thread_id_.load(std::memory_order_relaxed);
   return sample;
 }
 

@@ -2,6 +2,9 @@
 // include/spindle/diagnostics/warnings.hpp and docs/design/diagnostics.md, "Warnings (G4)").
 #include "spindle/diagnostics/warnings.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -26,6 +29,30 @@ std::string milliseconds_text(std::uint64_t ns) {
   std::snprintf(text, sizeof text, "%.1f ms", double(ns) / 1e6);
   return text;
 }
+
+// A worker's time spent waiting for a CPU (runnable, not running), from
+// /proc/self/task/<tid>/schedstat's second field; false where it cannot be read.
+bool thread_cpu_wait_ns(int thread_id, std::uint64_t& waiting) noexcept {
+  if (thread_id <= 0) return false;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", thread_id);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[128];
+  const ssize_t length = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (length <= 0) return false;
+  text[length] = '\0';
+  unsigned long long running = 0, wait = 0;
+  if (std::sscanf(text, "%llu %llu", &running, &wait) != 2) return false;
+  waiting = wait;
+  return true;
+}
+
+// When the watch starts counting a worker's CPU wait for a candidate stall, and how often it
+// reads it again while the candidate lasts.
+constexpr std::uint64_t stall_arm_after_ns = 2'000'000;
+constexpr std::uint64_t stall_reread_ns = 5'000'000;
 
 std::string task_id_text(std::uint64_t id) {
   return std::to_string(id >> 32) + "." + std::to_string(id & 0xffffffffu);
@@ -121,6 +148,13 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
     std::uint64_t since_ns = 0;
     bool described = false;
     bool stall_raised = false;
+    // The worker's CPU wait (schedstat) when the candidate was armed, and at the last read:
+    // time the kernel kept the worker off a CPU is not the runnable's stall.
+    bool armed = false;
+    bool wait_known = false;
+    std::uint64_t armed_wait_ns = 0;
+    std::uint64_t waited_ns = 0;   // CPU wait since arming, as last read
+    std::uint64_t read_at_ns = 0;
     warning_subject stall_subject;
     // woken_not_polled
     std::uint64_t woken_progress = ~std::uint64_t(0);
@@ -152,9 +186,31 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
       st.running = sample.parked ? nullptr : sample.running;
       st.since_ns = now;
       st.described = false;
+      st.armed = false;
       return;
     }
-    if (st.stall_raised || !hub_.enabled() || now - st.since_ns < stall_threshold_ns_) return;
+    if (st.stall_raised || !hub_.enabled()) return;
+    const std::uint64_t elapsed = now - st.since_ns;
+    if (!st.armed) {
+      if (elapsed < std::min(stall_arm_after_ns, stall_threshold_ns_ / 2)) return;
+      st.armed = true;
+      st.wait_known = thread_cpu_wait_ns(sample.thread_id, st.armed_wait_ns);
+      st.waited_ns = 0;
+      st.read_at_ns = now;
+      return;
+    }
+    if (elapsed < stall_threshold_ns_) return;
+    // Past the threshold in wall time: subtract what the kernel kept the worker waiting for a
+    // CPU (an oversubscribed machine preempts; that is not the runnable's doing). Re-read at
+    // most every stall_reread_ns while the candidate lasts.
+    if (st.wait_known && (now - st.read_at_ns >= stall_reread_ns || st.waited_ns == 0)) {
+      std::uint64_t waiting = 0;
+      if (thread_cpu_wait_ns(sample.thread_id, waiting) && waiting >= st.armed_wait_ns) {
+        st.waited_ns = waiting - st.armed_wait_ns;
+      }
+      st.read_at_ns = now;
+    }
+    if (elapsed - std::min(elapsed, st.waited_ns) < stall_threshold_ns_) return;
     if (!st.described) {
       // First tick past the threshold: describe now, raise at the next tick if still the same.
       st.stall_subject = executor_subject(sample.index);
@@ -173,13 +229,17 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
     }
     st.stall_raised = true;
     std::string message;
+    const std::string preempted =
+        st.waited_ns != 0 ? " (" + milliseconds_text(st.waited_ns) +
+                                " of it waiting for a CPU, not counted)"
+                          : std::string();
     if (st.stall_subject.what == warning_subject::kind::task) {
-      message = "task ran " + milliseconds_text(now - st.since_ns) + " on executor " +
+      message = "task ran " + milliseconds_text(now - st.since_ns) + preempted + " on executor " +
                 std::to_string(sample.index) + " without returning to its executor (threshold " +
                 milliseconds_text(stall_threshold_ns_) + ")";
     } else {
       message = "a runnable that is not a task (an actor wheel's slice, a fork-join piece) ran " +
-                milliseconds_text(now - st.since_ns) + " without returning to executor " +
+                milliseconds_text(now - st.since_ns) + preempted + " without returning to executor " +
                 std::to_string(sample.index) + " (threshold " + milliseconds_text(stall_threshold_ns_) + ")";
     }
     hub_.raise(warning_kind::stall, st.stall_subject, std::move(message), st.since_ns);

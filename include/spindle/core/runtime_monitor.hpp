@@ -93,6 +93,7 @@ struct executor_sample {
   bool inbox_holds_work = false;         // runnables addressed to it (only it can take them)
   std::uint64_t injector_queued = 0;     // its own injector shard (FIFO)
   std::uint64_t injector_taken = 0;      // items ever taken from that shard (monotonic)
+  int thread_id = 0;                     // the worker's kernel thread id (0: not started)
 };
 
 class monitor_watcher {
