@@ -155,6 +155,8 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
     std::uint64_t armed_wait_ns = 0;
     std::uint64_t waited_ns = 0;   // CPU wait since arming, as last read
     std::uint64_t read_at_ns = 0;
+    std::uint64_t armed_at_ns = 0;
+    std::uint64_t credited_ns = 0;  // of the time before arming (see watch_stall)
     warning_subject stall_subject;
     // woken_not_polled
     std::uint64_t woken_progress = ~std::uint64_t(0);
@@ -194,12 +196,17 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
     if (!st.armed) {
       if (elapsed < std::min(stall_arm_after_ns, stall_threshold_ns_ / 2)) return;
       st.armed = true;
+      // Time before arming counts only up to stall_arm_after_ns: a monitor that was itself
+      // kept off a CPU arms late and cannot tell what the worker did meanwhile.
+      st.credited_ns = std::min(elapsed, stall_arm_after_ns);
+      st.armed_at_ns = now;
       st.wait_known = thread_cpu_wait_ns(sample.thread_id, st.armed_wait_ns);
       st.waited_ns = 0;
       st.read_at_ns = now;
       return;
     }
-    if (elapsed < stall_threshold_ns_) return;
+    const std::uint64_t observed = st.credited_ns + (now - st.armed_at_ns);
+    if (observed < stall_threshold_ns_) return;
     // Past the threshold in wall time: subtract what the kernel kept the worker waiting for a
     // CPU (an oversubscribed machine preempts; that is not the runnable's doing). Re-read at
     // most every stall_reread_ns while the candidate lasts.
@@ -210,7 +217,7 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
       }
       st.read_at_ns = now;
     }
-    if (elapsed - std::min(elapsed, st.waited_ns) < stall_threshold_ns_) return;
+    if (observed - std::min(observed, st.waited_ns) < stall_threshold_ns_) return;
     if (!st.described) {
       // First tick past the threshold: describe now, raise at the next tick if still the same.
       st.stall_subject = executor_subject(sample.index);
@@ -262,7 +269,10 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
       st.oldest_position = sample.local_oldest_position;
       st.local_since_ns = waiting ? now : 0;
     }
-    const std::uint64_t local_wait = st.local_since_ns != 0 ? now - st.local_since_ns : 0;
+    std::uint64_t local_wait = st.local_since_ns != 0 ? now - st.local_since_ns : 0;
+    // Inside a stall candidate: the time the kernel kept the worker off a CPU is not counted
+    // (as for the stall itself; an oversubscribed machine is not the runtime's doing).
+    if (st.armed && sample.progress == st.progress) local_wait -= std::min(local_wait, st.waited_ns);
     const std::uint64_t injector_wait =
         st.injector_since_ns != 0 ? now - st.injector_since_ns : 0;
     const std::uint64_t wait = std::max(local_wait, injector_wait);
