@@ -342,8 +342,13 @@ core::diagnostics_options warning_hub::options() const {
 
 void warning_hub::set_warning_hook(hook h) {
   auto shared = h ? std::make_shared<const hook>(std::move(h)) : nullptr;
-  std::lock_guard lock(mutex_);
-  hook_ = std::move(shared);
+  {
+    std::lock_guard lock(mutex_);
+    hook_ = std::move(shared);
+  }
+  // Wait out a delivery in progress: it took the old hook under delivery_mutex_, so once we
+  // hold it the old hook is no longer called (its owner may go away after we return).
+  std::lock_guard wait_for_delivery(delivery_mutex_);
 }
 
 std::uint64_t warning_hub::add_on_warning(hook listener) {
@@ -424,6 +429,9 @@ bool warning_hub::is_active(warning_kind kind, const warning_subject& subject) c
 }
 
 void warning_hub::deliver(const warning& w) {
+  // One delivery at a time; the hook is read while holding delivery_mutex_ (set_warning_hook
+  // relies on that to know when an old hook is no longer called).
+  std::lock_guard one_at_a_time(delivery_mutex_);
   std::shared_ptr<const hook> h;
   std::vector<std::shared_ptr<const hook>> listeners;
   {
@@ -431,7 +439,6 @@ void warning_hub::deliver(const warning& w) {
     h = hook_;
     for (const auto& entry : listeners_) listeners.push_back(entry.second);
   }
-  std::lock_guard one_at_a_time(delivery_mutex_);
   try {
     if (h) {
       (*h)(w);
