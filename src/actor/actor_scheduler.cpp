@@ -10,6 +10,7 @@
 #include "spindle/core/executor.hpp"
 #include "spindle/core/executor_mailbox.hpp"
 #include "spindle/core/runtime_core.hpp"
+#include "spindle/task/runtime.hpp"
 
 namespace spindle {
 
@@ -50,11 +51,27 @@ actor_scheduler::actor_scheduler(actor_system& system, std::uint32_t executor_in
       clock_resolution_ns_(system.core().service_interval_ns() / 4),
       cost_floor_ns_(std::max<std::uint64_t>(system.time_slice_ns() / actor_detail::cost_floor_divisor, 1)),
       turn_runnable_(this),
-      random_state_(0x2545f491u * (executor_index + 1)) {
+      random_state_(0x2545f491u * (executor_index + 1)),
+      warnings_(static_cast<detail::runtime_state*>(system.core().layer_state())->warnings) {
   hand_off_targets_.reserve(system.core().options().max_executors);
 }
 
 actor_scheduler::~actor_scheduler() = default;
+
+void actor_scheduler::look_at_mailbox(actor_detail::actor_cell* cell, std::uint64_t backlog) {
+  try {
+    warnings_.observe_mailbox(cell->mailbox_watch, backlog, [cell, this] {
+      diagnostics::warning_subject subject;
+      subject.what = diagnostics::warning_subject::kind::actor;
+      subject.id = cell->id;
+      subject.name = "actor " + std::to_string(cell->id);
+      subject.executor = std::int32_t(index_);
+      return subject;
+    });
+  } catch (...) {
+    // Out of memory formatting a warning: the actor goes on.
+  }
+}
 
 void actor_scheduler::run_turn(core::runnable* self) noexcept {
   static_cast<turn_type*>(self)->owner->turn();
@@ -224,14 +241,18 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       envelope* newest = cell->mailbox.exchange(nullptr, std::memory_order_acquire);
       bool kill = false;
       envelope* oldest_first = nullptr;
+      std::uint64_t backlog = 0;
       while (newest != nullptr) {
         envelope* next = newest->next;
         newest->next = oldest_first;
         oldest_first = newest;
         kill = kill || newest->kind == envelope_kind::kill;
         newest = next;
+        ++backlog;
       }
       cell->private_head = oldest_first;
+      // G4: the backlog is what this take found (the private list was empty).
+      if (warnings_.mailbox_look_matters(cell->mailbox_watch, backlog)) look_at_mailbox(cell, backlog);
       if (kill) {
         halt(cell, exit_reason{exit_kind::killed, {}}, true);
         return;

@@ -353,7 +353,10 @@ void executor::run_one(runnable* r) noexcept {
     // The last searcher to find work wakes another: where there was some, there may be more.
     if (core_.transition_from_searching()) core_.notify_work_available();
   }
+  // relaxed: single writer; a sample for the monitor's stall watch (nothing is published by it).
+  running_.store(r, std::memory_order_relaxed);
   r->run();
+  running_.store(nullptr, std::memory_order_relaxed);  // relaxed: as above
   // relaxed: single writer; the counters are samples for diagnostics and the monitor.
   stats_.runnables_run.store(stats_.runnables_run.load(std::memory_order_relaxed) + 1,
                              std::memory_order_relaxed);

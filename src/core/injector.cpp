@@ -71,6 +71,9 @@ runnable* injector::pop_batch(std::size_t shard, std::size_t max, std::size_t& t
     batch_last = front;
     ++taken;
   }
+  // relaxed: one consumer at a time (consumer_busy's acquire/release orders the successive
+  // writers); watchers only sample it.
+  if (taken != 0) s.taken.store(s.taken.load(std::memory_order_relaxed) + taken, std::memory_order_relaxed);
   // release: hands `front` to the next consumer.
   s.consumer_busy.store(false, std::memory_order_release);
   if (taken != 0) s.size.fetch_sub(std::int64_t(taken), std::memory_order_relaxed);  // relaxed: estimate

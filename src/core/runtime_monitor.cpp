@@ -123,6 +123,11 @@ void runtime_monitor::tick(std::uint64_t now) noexcept {
     watch_progress(i, now);
   }
   send_pings(count, now);
+  // acquire: pairs with set_watcher's release (the watcher is fully built).
+  if (monitor_watcher* watcher = watcher_.load(std::memory_order_acquire)) {
+    for (std::uint32_t i = 0; i < count; ++i) watcher->watch_executor(sample_executor(i), now);
+    watcher->tick_done(now);
+  }
   if (core_.standby_enabled()) {
     watch_cpu_sharing(count);
     // Injected work nobody takes: executors on standby are not woken for it while executor 0 is
@@ -216,6 +221,23 @@ void runtime_monitor::sample_utilisation(std::uint32_t index, std::uint64_t now)
   // relaxed: single writer (this thread), sampled by readers (P2C, migration, diagnostics).
   published.store(std::uint32_t(updated * 65536.0 + 0.5), std::memory_order_relaxed);
   e.stats_.busy_nanoseconds.store(busy, std::memory_order_relaxed);
+}
+
+executor_sample runtime_monitor::sample_executor(std::uint32_t index) const noexcept {
+  const executor& e = core_.executor_at(index);
+  executor_sample sample;
+  sample.index = index;
+  // relaxed: samples of single-writer words (the watcher confirms over several ticks).
+  sample.parked = e.awake_since_ns_.load(std::memory_order_relaxed) == 0;
+  sample.progress = e.progress_.load(std::memory_order_relaxed);
+  sample.running = e.running_.load(std::memory_order_relaxed);
+  sample.local_queued = e.local_.size();
+  sample.local_oldest_position = e.local_.oldest_position();
+  sample.inbox_holds_work = !e.inbox_.empty();
+  sample.injector_queued = core_.injector_.size(index);
+  sample.injector_taken = core_.injector_.taken(index);
+  sample.thread_id = e.thread_id_.load(std::memory_order_relaxed);
+  return sample;
 }
 
 void runtime_monitor::watch_progress(std::uint32_t index, std::uint64_t now) noexcept {

@@ -45,6 +45,7 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   options_.tasks_per_tick = std::max<std::uint32_t>(options_.tasks_per_tick, 1);
   options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
   options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
+  task_host::warnings.configure(options_.diagnostics);
   core::add_frame_cache_share(options_.frame_cache_bytes);
   // The live view (task/live_view.hpp); it never throws: nothing below throws.
   live_view = ::spindle::detail::start_live_view(*this, nullptr, options_.diagnostics,
@@ -159,9 +160,31 @@ void embedded_executor::tick() {
     service(last ? service_kind::last : service_kind::middle);
   }
   if (out_of_time) ++statistics_.ticks_out_of_time;
+  // G4: a tick with a time budget is measured once more at its end (one clock read).
+  if (deadline != 0) {
+    look_at_tick(core::monotonic_nanoseconds() + std::uint64_t(options_.time_per_tick.count()) -
+                 deadline);
+  }
   if (queued_work()) host_.request_reentry();
   host_.tick_at(next_deadline());
   host_.end_tick();
+}
+
+void embedded_executor::look_at_tick(std::uint64_t elapsed_ns) noexcept {
+  const auto budget = std::uint64_t(options_.time_per_tick.count());
+  // Nothing to do in the common case: within budget and no warning raised.
+  if (!tick_watch_.raised && double(elapsed_ns) <= double(budget)) return;
+  try {
+    task_host::warnings.observe_tick(tick_watch_, elapsed_ns, budget, [this] {
+      ::spindle::diagnostics::warning_subject subject;
+      subject.what = ::spindle::diagnostics::warning_subject::kind::embedded_executor;
+      subject.id = reinterpret_cast<std::uintptr_t>(this);
+      subject.name = "embedded executor";
+      return subject;
+    });
+  } catch (...) {
+    // Out of memory formatting a warning: the tick goes on.
+  }
 }
 
 void embedded_executor::service(service_kind kind) noexcept {

@@ -55,12 +55,35 @@ spindle::clock& runtime_state::clock() const noexcept { return core->clock(); }
 
 }  // namespace detail
 
+namespace {
+
+// The task layer's side of the warnings (diagnostics/warnings.hpp): thresholds, the describer
+// that tells which task a stalled runnable is (by the task table's slots, without touching the
+// runnable), and the monitor's watch. G1's records add the name, location and per-task views.
+void connect_warnings(detail::runtime_state& state, core::runtime_core& core) {
+  diagnostics::warning_hub& hub = state.warnings;
+  hub.configure(core.options().diagnostics);
+  detail::task_table* table = &state.tasks;
+  hub.set_runnable_describer([table](const core::runnable* r, diagnostics::warning_subject& out) {
+    task_id id;
+    if (!table->find_runnable(r, id)) return false;
+    out.what = diagnostics::warning_subject::kind::task;
+    out.id = (std::uint64_t(id.index) << 32) | id.serial;
+    return true;
+  });
+  hub.watch_runtime(core);
+}
+
+}  // namespace
+
 runtime::runtime(runtime_options options) {
   if (options.workers > 4096) throw usage_error("spindle: absurd worker count (> 4096)");
   auto core = std::make_shared<core::runtime_core>(std::move(options));
   state_ = std::make_shared<detail::runtime_state>(core->options().max_executors);
   state_->core = core;
   core->set_layer_state(state_.get());
+  // Warnings (G4): the monitor watches the executors; a stall names its task through the table.
+  connect_warnings(*state_, *core);
   // Step 5 of shutdown (then the layers above tasks stop). The hook keeps the task state alive until the shutdown finished (workers
   // and tasks use it through raw pointers); the core drops the hook after running it, which
   // breaks the cycle state -> core -> hook -> state.

@@ -2,6 +2,7 @@
 #include "spindle/task/task_table.hpp"
 
 #include "spindle/core/errors.hpp"
+#include "spindle/task/spawned_task.hpp"
 
 namespace spindle::detail {
 
@@ -104,6 +105,29 @@ std::size_t task_table::live_count() const noexcept {
     }
   }
   return total;
+}
+
+}  // namespace spindle::detail
+
+namespace spindle::detail {
+
+bool task_table::find_runnable(const void* r, task_id& id) const noexcept {
+  const std::uint32_t chunks = chunk_count_.load(std::memory_order_acquire);  // acquire: chunks
+  for (std::uint32_t c = 0; c < chunks; ++c) {
+    chunk* ch = chunks_[c].load(std::memory_order_acquire);  // acquire: published once, built
+    if (ch == nullptr) continue;
+    for (std::uint32_t i = 0; i < chunk_slots; ++i) {
+      // relaxed: only the pointer value is compared; nothing is read through it.
+      const spawned_task_base* t = ch->slots[i].task.load(std::memory_order_relaxed);
+      if (t == nullptr || static_cast<const void*>(static_cast<const core::runnable*>(t)) != r) {
+        continue;
+      }
+      // relaxed: the caller validates that the runnable was the same one throughout.
+      id = task_id{c * chunk_slots + i, ch->slots[i].serial.load(std::memory_order_relaxed)};
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace spindle::detail

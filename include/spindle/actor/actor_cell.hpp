@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "spindle/core/topology.hpp"
+#include "spindle/diagnostics/warnings.hpp"
 
 namespace spindle {
 
@@ -202,6 +203,8 @@ struct actor_cell {
   bool ever_homed = false;       // some scheduler homed it once (stale spawn adopts are ignored)
   bool woken_in_place = false;   // timed out, and woken since (counted in the wheel's load)
   bool stop_requested = false;   // handled after the current message
+  // Mailbox growth (G4, diagnostics/warnings.hpp): the hysteresis of its backlog warning.
+  diagnostics::warning_hub::mailbox_watch mailbox_watch;
   // Why it halts, when stop_requested; once Halted, why it halted: the owner writes it last
   // before the Halted store and never again, watchers read it after (see "The exit reason").
   exit_reason halt_reason;

@@ -278,6 +278,9 @@ class actor_scheduler {
   };
   std::vector<hand_off_target> hand_off_targets_;
   actor_scheduler_stats stats_;
+  // The runtime's warnings (G4): mailbox growth is looked at when the owner takes a mailbox.
+  diagnostics::warning_hub& warnings_;
+  void look_at_mailbox(actor_detail::actor_cell* cell, std::uint64_t backlog);
 };
 
 struct actor_system_options {

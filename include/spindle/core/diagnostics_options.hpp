@@ -26,6 +26,25 @@ struct diagnostics_options {
   std::chrono::nanoseconds stall_threshold = std::chrono::milliseconds(25);
   // Strict mode: any warning is a failure (the hook of tests).
   bool strict_warnings = false;
+  // Warnings on at all (the monitor's watch, the actors' and the embedded executor's checks).
+  bool warnings = true;
+  // A runnable queued (woken, spawned) and not run for this long: woken_not_polled.
+  std::chrono::nanoseconds woken_threshold = std::chrono::milliseconds(100);
+  // Mailbox growth (OTP's long_message_queue): raised when an actor's backlog reaches
+  // `mailbox_enable` at two successive looks, lowered once it is below `mailbox_disable`.
+  std::uint32_t mailbox_enable = 10'000;
+  std::uint32_t mailbox_disable = 7'500;
+  // An embedded tick longer than this many times its time_per_tick (when it has one).
+  double tick_over_budget_factor = 2.0;
+  // Per-task lints (on the per-task view the task layer provides): self-wakes above
+  // `self_wake_enable` of a task's wakes (lowered below `self_wake_disable`), once it has at
+  // least `self_wake_minimum` wakes; a task suspended with no live waker for `lost_waker_after`.
+  double self_wake_enable = 0.5;
+  double self_wake_disable = 0.4;
+  std::uint64_t self_wake_minimum = 100;
+  std::chrono::nanoseconds lost_waker_after = std::chrono::milliseconds(100);
+  // Deliveries to the hook per kind and second; the rest are counted as suppressed.
+  std::uint32_t warnings_per_second = 10;
 
   // --- G5 live view ----------------------------------------------------------------------------
   // "127.0.0.1:PORT" (or "[::1]:PORT"; another address only when `serve_beyond_loopback`)

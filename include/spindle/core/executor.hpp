@@ -319,6 +319,10 @@ class executor {
   // the loop iteration of the runnable last completed, when the current awake stretch began
   // (0 while parked), and busy time before it.
   alignas(cache_line_size) std::atomic<std::uint64_t> progress_{0};
+  // The runnable being run now (null between runnables): set before each run and cleared after
+  // it, so the monitor can tell which runnable a stall is in (diagnostics' warnings, G4). The
+  // monitor uses it as an opaque key and never dereferences it (it may be freed by then).
+  std::atomic<const runnable*> running_{nullptr};
   std::atomic<std::uint64_t> awake_since_ns_{0};
   std::atomic<std::uint64_t> busy_total_ns_{0};
   // Written by the monitor (see in_long_runnable()).

@@ -59,6 +59,12 @@ class injector {
     return n < 0 ? 0 : std::size_t(n);
   }
   bool any() const noexcept;
+  // Any thread: how many items consumers have taken from `shard` so far (monotonic). With
+  // size(), a watcher can tell whether the item at the front is still the one it saw there:
+  // the queue is FIFO, so the front stays until `taken` moves (diagnostics' woken_not_polled).
+  std::uint64_t taken(std::size_t shard) const noexcept {
+    return shards_[shard].taken.load(std::memory_order_relaxed);  // relaxed: a sample
+  }
 
  private:
   struct alignas(cache_line_size) shard_state {
@@ -66,6 +72,7 @@ class injector {
     std::atomic<runnable*> back{&stub};        // producers: the last linked item
     alignas(cache_line_size) runnable* front = &stub;  // the consumer holding consumer_busy
     std::atomic<bool> consumer_busy{false};
+    std::atomic<std::uint64_t> taken{0};  // written by the consumer holding consumer_busy
     alignas(cache_line_size) std::atomic<std::int64_t> size{0};
   };
   static std::atomic_ref<runnable*> next_of(runnable* r) noexcept { return std::atomic_ref<runnable*>(r->next); }

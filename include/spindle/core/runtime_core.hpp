@@ -300,6 +300,8 @@ class runtime_core final : public scheduler {
   }
   // The monitor thread, for tests and diagnostics.
   const runtime_monitor& monitor() const noexcept { return *monitor_; }
+  // The monitor's watcher (runtime_monitor.hpp, "Watcher"): the diagnostics' warnings.
+  void set_monitor_watcher(monitor_watcher* watcher) noexcept { monitor_->set_watcher(watcher); }
 
  private:
   friend class executor;

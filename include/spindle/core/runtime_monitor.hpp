@@ -58,6 +58,11 @@
 // runtime caches no frames, whoever freed them into the depot (a foreign thread dropping join
 // handles after the workers parked, say); the executors' private caches are theirs to trim.
 //
+// Watcher (diagnostics' warnings, G4; docs/design/diagnostics.md "Warnings"): when one is
+// installed, each tick ends by handing it a raw sample of every executor (relaxed loads only)
+// and then tick_done. The watcher keeps its own state and decides; the monitor only samples.
+// Without one, this costs one acquire load per tick.
+//
 // Lifetime: started by runtime_core::start after the executors exist, stopped and joined in
 // runtime_core::finish_shutdown before anything is drained (the monitor only reads executors
 // and their timer services, which live as long as runtime_core).
@@ -73,6 +78,34 @@
 namespace spindle::core {
 
 class runtime_core;
+struct runnable;
+
+// What the monitor saw of one executor at one tick (relaxed samples, possibly torn across
+// fields: a watcher confirms a condition over several ticks before acting on it).
+struct executor_sample {
+  std::uint32_t index = 0;
+  bool parked = false;
+  std::uint64_t progress = 0;            // loop iteration of the runnable last completed
+  const runnable* running = nullptr;     // being run now (null between runnables); a key only,
+                                         // never to be dereferenced: it may be freed already
+  std::uint32_t local_queued = 0;        // local queue size
+  std::uint16_t local_oldest_position = 0;  // changes exactly when its oldest item leaves
+  bool inbox_holds_work = false;         // runnables addressed to it (only it can take them)
+  std::uint64_t injector_queued = 0;     // its own injector shard (FIFO)
+  std::uint64_t injector_taken = 0;      // items ever taken from that shard (monotonic)
+  int thread_id = 0;                     // the worker's kernel thread id (0: not started)
+};
+
+class monitor_watcher {
+ public:
+  // Monitor thread, at the end of each tick: once per executor, then tick_done. Must not block
+  // (the monitor keeps the runtime's time) and must not call back into the monitor.
+  virtual void watch_executor(const executor_sample& sample, std::uint64_t now) noexcept = 0;
+  virtual void tick_done(std::uint64_t now) noexcept = 0;
+
+ protected:
+  ~monitor_watcher() = default;
+};
 
 class runtime_monitor {
  public:
@@ -82,6 +115,12 @@ class runtime_monitor {
   runtime_monitor& operator=(const runtime_monitor&) = delete;
 
   void start();
+  // Installs the watcher (see "Watcher"); any thread, any time. It must outlive the monitor's
+  // thread (runtime_core::finish_shutdown stops it) or be replaced by null while the monitor is
+  // stopped.
+  void set_watcher(monitor_watcher* watcher) noexcept {
+    watcher_.store(watcher, std::memory_order_release);  // release: the watcher is built
+  }
   // Stops and joins the thread. Idempotent; must not be called from the monitor thread.
   void stop() noexcept;
   // An executor stopped parking: if the monitor sleeps because everyone was parked, wake it.
@@ -110,6 +149,7 @@ class runtime_monitor {
   // Everyone has been parked for `idle_ns`: trims the frame depot (see "Idle" above).
   void trim_idle_frame_depot(std::uint64_t idle_ns) noexcept;
   void watch_cpu_sharing(std::uint32_t count) noexcept;
+  executor_sample sample_executor(std::uint32_t index) const noexcept;
 
   runtime_core& core_;
   std::thread thread_;
@@ -122,6 +162,7 @@ class runtime_monitor {
   std::atomic<std::uint64_t> frame_depot_trims_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::atomic<monitor_watcher*> watcher_{nullptr};
   std::atomic<bool> idle_{false};      // the monitor sleeps because every executor is parked
   bool stop_requested_ = false;        // guarded by mutex_
 };

@@ -114,8 +114,9 @@ struct embedded_options {
   // cache"). The destructor gives the share back, and the destroying thread's private cache.
   // Clamped to core::max_frame_cache_bytes (1 TiB).
   std::size_t frame_cache_bytes = std::size_t(4) << 20;
-  // Diagnostics (core/diagnostics_options.hpp): the live view's address, as for a runtime
-  // (SPINDLE_DIAGNOSTICS applies here too).
+  // Diagnostics (core/diagnostics_options.hpp), as for a runtime: the live view's address
+  // (SPINDLE_DIAGNOSTICS applies here too), strict warnings, and a tick over
+  // tick_over_budget_factor x time_per_tick is an embedded_tick_over_budget warning.
   core::diagnostics_options diagnostics{};
 };
 
@@ -192,6 +193,10 @@ class embedded_executor final : private ::spindle::detail::task_host {
     phase_context_ = context;
   }
 
+  // Warnings about this executor and its tasks (diagnostics/warnings.hpp): hook, counts,
+  // strict failures. Any thread.
+  ::spindle::diagnostics::warning_hub& warnings() noexcept { return task_host::warnings; }
+
   // The executor whose tick is running on this thread (null outside ticks).
   static embedded_executor* current() noexcept;
 
@@ -246,6 +251,8 @@ class embedded_executor final : private ::spindle::detail::task_host {
   std::atomic<bool> draining_{false};
   core::outside_gate outside_gate_;  // shutdown step 1
   embedded_statistics statistics_;
+  ::spindle::diagnostics::warning_hub::tick_watch tick_watch_;  // ticking thread only (G4)
+  void look_at_tick(std::uint64_t elapsed_ns) noexcept;
   void (*phase_observer_)(void*, phase) = nullptr;
   void* phase_context_ = nullptr;
 };

@@ -217,6 +217,8 @@ class runtime {
   std::uint32_t add_executor() { return state_->core->add_executor(); }
   std::uint32_t executor_count() const noexcept { return state_->core->executor_count(); }
   core::runtime_core& core() const noexcept { return *state_->core; }
+  // Warnings about this runtime (diagnostics/warnings.hpp): hook, counts, strict failures.
+  spindle::diagnostics::warning_hub& warnings() const noexcept { return state_->warnings; }
   // Number of spawned tasks not yet completed (a scan: for tests and diagnostics).
   std::size_t live_tasks() const noexcept { return state_->tasks.live_count(); }
   // Whether the task with this id is still live (ids are generational: never a newer task).

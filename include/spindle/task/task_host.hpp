@@ -24,6 +24,7 @@
 #include "spindle/core/clock.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/diagnostics/registry.hpp"
+#include "spindle/diagnostics/warnings.hpp"
 #include "spindle/task/task_table.hpp"
 
 namespace spindle::core {
@@ -69,6 +70,9 @@ class task_host : public core::scheduler {
   // What the parts above the task layer contribute to this host's snapshot and metrics
   // (diagnostics/registry.hpp). Declared first, so destroyed last: contributors are gone by then.
   spindle::diagnostics::registry diagnostics_registry;
+  // Warnings about this host's executors, tasks and actors (diagnostics/warnings.hpp, G4); adds
+  // its section and metrics to the registry above, so it is declared after it.
+  spindle::diagnostics::warning_hub warnings{diagnostics_registry};
   // Every spawned task not yet completed has a slot here (ids, shutdown, diagnostics).
   task_table tasks;
   // Names of live tasks, for spawn_named / wait_named (task/named_tasks.hpp).

@@ -74,6 +74,10 @@ class task_table {
       }
     }
   }
+  // Diagnostics (any thread, while tasks run): the id of the live task whose runnable is `r`,
+  // by a scan that only compares pointers (r itself is never dereferenced: it may be gone).
+  // False if no slot holds it. The caller confirms that `r` stayed alive across the call.
+  bool find_runnable(const void* r, task_id& id) const noexcept;
   // Occupied slots, by a scan: exact once workers stopped, a snapshot while they run.
   std::size_t live_count() const noexcept;
 

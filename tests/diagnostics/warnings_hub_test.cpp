@@ -1,0 +1,300 @@
+// The warnings hub (diagnostics/warnings.hpp, G4): delivery to the hook, one delivery per
+// episode, counts in the metrics text, the snapshot section, rate limits, strict mode and the
+// test helper, and the detectors' hysteresis (mailbox, task lints) fed directly.
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "spindle/core/clock.hpp"
+#include "spindle/diagnostics/registry.hpp"
+#include "spindle/diagnostics/warnings.hpp"
+#include "support/warnings_support.hpp"
+
+namespace {
+
+using spindle::diagnostics::registry;
+using spindle::diagnostics::task_view;
+using spindle::diagnostics::warning;
+using spindle::diagnostics::warning_hub;
+using spindle::diagnostics::warning_kind;
+using spindle::diagnostics::warning_subject;
+
+warning_subject task_subject(std::uint64_t id, std::string name = "worker") {
+  warning_subject s;
+  s.what = warning_subject::kind::task;
+  s.id = id;
+  s.name = std::move(name);
+  s.location = "app.cpp:12";
+  s.executor = 0;
+  return s;
+}
+
+std::uint64_t now() { return spindle::core::monotonic_nanoseconds(); }
+
+nlohmann::json snapshot_of(const registry& r) {
+  std::string text;
+  spindle::diagnostics::json_writer out(text);
+  r.write_snapshot_sections(out);  // the whole {"name": value, ...} object
+  return nlohmann::json::parse(text);
+}
+
+std::string metrics_of(const registry& r) {
+  std::string text;
+  r.write_metrics(text);
+  return text;
+}
+
+TEST(WarningHub, ARaiseIsDeliveredOnceCountedListedAndLowered) {
+  registry r;
+  warning_hub hub(r);
+  std::vector<warning> delivered;
+  hub.set_warning_hook([&](const warning& w) { delivered.push_back(w); });
+  const warning_subject subject = task_subject((std::uint64_t(3) << 32) | 1);
+  hub.raise(warning_kind::stall, subject, "ran 60 ms", now());
+  hub.raise(warning_kind::stall, subject, "ran 70 ms", now());  // same episode: no new delivery
+  ASSERT_EQ(delivered.size(), 1u);
+  EXPECT_EQ(delivered[0].kind, warning_kind::stall);
+  EXPECT_EQ(delivered[0].subject, subject);
+  EXPECT_EQ(delivered[0].message, "ran 60 ms");
+  EXPECT_EQ(hub.raised(warning_kind::stall), 1u);
+  EXPECT_NE(metrics_of(r).find("spindle_warnings_total{kind=\"stall\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics_of(r).find("spindle_warnings_active{kind=\"stall\"} 1\n"), std::string::npos);
+
+  nlohmann::json section = snapshot_of(r)["warnings"];
+  ASSERT_EQ(section["current"].size(), 1u);
+  EXPECT_EQ(section["current"][0]["kind"], "stall");
+  EXPECT_EQ(section["current"][0]["subject"]["kind"], "task");
+  EXPECT_EQ(section["current"][0]["subject"]["id"], "3.1");
+  EXPECT_EQ(section["current"][0]["subject"]["name"], "worker");
+  EXPECT_EQ(section["current"][0]["subject"]["location"], "app.cpp:12");
+  EXPECT_EQ(section["current"][0]["message"], "ran 70 ms");  // the latest word
+  EXPECT_EQ(section["totals"]["stall"]["raised"], 1);
+
+  hub.lower(warning_kind::stall, subject, now());
+  section = snapshot_of(r)["warnings"];
+  EXPECT_EQ(section["current"].size(), 0u);
+  ASSERT_EQ(section["recent"].size(), 1u);
+  EXPECT_EQ(section["recent"][0]["active"], false);
+  EXPECT_GE(section["recent"][0]["last_seen_ns"].get<std::uint64_t>(),
+            section["recent"][0]["first_seen_ns"].get<std::uint64_t>());
+  // A new episode of the same subject is a new warning.
+  hub.raise(warning_kind::stall, subject, "again", now());
+  EXPECT_EQ(delivered.size(), 2u);
+  EXPECT_EQ(delivered[1].raised_count, 2u);
+  EXPECT_EQ(hub.raised(warning_kind::stall), 2u);
+}
+
+TEST(WarningHub, TheDefaultHookWritesOneLineOnStderr) {
+  registry r;
+  warning_hub hub(r);
+  testing::internal::CaptureStderr();
+  hub.raise(warning_kind::lost_waker, task_subject(7, "reader"), "suspended 120.0 ms", now());
+  const std::string text = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(text,
+            "spindle warning [lost_waker] task 0.7 \"reader\" at app.cpp:12: suspended 120.0 ms\n");
+}
+
+TEST(WarningHub, DeliveriesAreRateLimitedPerKindAndTheRestCountedAsSuppressed) {
+  registry r;
+  warning_hub hub(r);
+  spindle::core::diagnostics_options options;
+  options.warnings_per_second = 3;
+  hub.configure(options);
+  int stalls = 0, mailboxes = 0;
+  hub.set_warning_hook([&](const warning& w) {
+    (w.kind == warning_kind::stall ? stalls : mailboxes)++;
+  });
+  const std::uint64_t t = now();
+  for (std::uint64_t i = 0; i < 10; ++i) hub.raise(warning_kind::stall, task_subject(i), "x", t);
+  hub.raise(warning_kind::mailbox_growth, task_subject(1), "x", t);  // another kind's bucket
+  EXPECT_EQ(stalls, 3);
+  EXPECT_EQ(mailboxes, 1);
+  EXPECT_EQ(hub.raised(warning_kind::stall), 10u);  // all counted
+  EXPECT_EQ(hub.suppressed(warning_kind::stall), 7u);
+  EXPECT_EQ(hub.current().size(), 11u);  // all listed
+  const std::string metrics = metrics_of(r);
+  EXPECT_NE(metrics.find("spindle_warnings_total{kind=\"stall\"} 10\n"), std::string::npos);
+  EXPECT_NE(metrics.find("spindle_warnings_suppressed_total{kind=\"stall\"} 7\n"),
+            std::string::npos);
+}
+
+TEST(WarningHub, OnWarningListenersHearEveryDeliveredRaise) {
+  registry r;
+  warning_hub hub(r);
+  hub.set_warning_hook([](const warning&) {});
+  int dumps = 0;
+  const std::uint64_t id = hub.add_on_warning([&](const warning&) { ++dumps; });
+  hub.raise(warning_kind::stall, task_subject(1), "x", now());
+  hub.remove_on_warning(id);
+  hub.raise(warning_kind::stall, task_subject(2), "x", now());
+  EXPECT_EQ(dumps, 1);
+}
+
+TEST(WarningHub, StrictModeRecordsEveryRaiseAsAFailure) {
+  registry r;
+  warning_hub hub(r);
+  spindle::core::diagnostics_options options;
+  options.strict_warnings = true;
+  options.warnings_per_second = 1;
+  hub.configure(options);
+  hub.set_warning_hook([](const warning&) {});
+  hub.raise(warning_kind::stall, task_subject(1), "a", now());
+  hub.raise(warning_kind::self_wakes, task_subject(2), "b", now());
+  hub.raise(warning_kind::self_wakes, task_subject(3), "c", now());  // suppressed, still a failure
+  ASSERT_EQ(hub.failures().size(), 3u);
+  EXPECT_EQ(hub.failures()[2].message, "c");
+  hub.clear_failures();
+  EXPECT_TRUE(hub.failures().empty());
+}
+
+TEST(WarningHub, FailOnWarningsFailsTheTestThatRaisedOne) {
+  registry r;
+  warning_hub hub(r);
+  spindle::core::diagnostics_options options;
+  options.strict_warnings = true;
+  hub.configure(options);
+  hub.set_warning_hook([](const warning&) {});
+  // The helper's failure is caught here (gtest-spi), so this test itself passes.
+  EXPECT_NONFATAL_FAILURE(
+      {
+        spindle::testing::fail_on_warnings guard(hub);
+        hub.raise(warning_kind::stall, task_subject(5, "spinner"), "ran 60 ms", now());
+      },
+      "[stall] task 0.5 \"spinner\"");
+  // Without strict mode it still fails, by the counts.
+  hub.configure(spindle::core::diagnostics_options{});
+  EXPECT_NONFATAL_FAILURE(
+      {
+        spindle::testing::fail_on_warnings guard(hub);
+        hub.raise(warning_kind::stall, task_subject(6), "x", now());
+      },
+      "1 warning(s) raised during the test");
+  // And no failure when nothing is raised.
+  spindle::testing::fail_on_warnings quiet(hub);
+}
+
+warning_subject actor_subject() {
+  warning_subject s;
+  s.what = warning_subject::kind::actor;
+  s.id = 42;
+  s.name = "actor 42";
+  return s;
+}
+
+TEST(WarningHubMailbox, ABacklogOscillatingAroundTheEnableThresholdRaisesOnce) {
+  registry r;
+  warning_hub hub(r);
+  int delivered = 0;
+  hub.set_warning_hook([&](const warning&) { ++delivered; });
+  warning_hub::mailbox_watch state;
+  // A single look above (a burst the actor then caught up with) raises nothing.
+  hub.observe_mailbox(state, 12'000, actor_subject);
+  hub.observe_mailbox(state, 100, actor_subject);
+  EXPECT_EQ(delivered, 0);
+  // Around 10,000, up and down, many times: raised once (two looks above), never lowered
+  // (it never fell below 7,500), so never raised again.
+  const std::uint64_t lengths[] = {10'010, 10'020, 9'990, 10'030, 9'980, 10'050, 9'995, 10'001};
+  for (int round = 0; round < 50; ++round) {
+    for (std::uint64_t n : lengths) {
+      if (hub.mailbox_look_matters(state, n)) hub.observe_mailbox(state, n, actor_subject);
+    }
+  }
+  EXPECT_EQ(delivered, 1);
+  EXPECT_EQ(hub.raised(warning_kind::mailbox_growth), 1u);
+  EXPECT_TRUE(hub.is_active(warning_kind::mailbox_growth, actor_subject()));
+  // Below the enable threshold but above the disable one: still raised.
+  hub.observe_mailbox(state, 8'000, actor_subject);
+  EXPECT_TRUE(hub.is_active(warning_kind::mailbox_growth, actor_subject()));
+  // Below the disable threshold: lowered.
+  hub.observe_mailbox(state, 7'000, actor_subject);
+  EXPECT_FALSE(hub.is_active(warning_kind::mailbox_growth, actor_subject()));
+  EXPECT_FALSE(hub.mailbox_look_matters(state, 7'000));
+  EXPECT_EQ(delivered, 1);
+}
+
+TEST(WarningHubTaskLints, LostWakerSelfWakesAndWokenNotPolledFromTaskViews) {
+  registry r;
+  warning_hub hub(r);
+  std::vector<warning> delivered;
+  hub.set_warning_hook([&](const warning& w) { delivered.push_back(w); });
+  std::vector<task_view> views(4);
+  views[0] = {.id = 1, .name = "lost", .location = "a.cpp:1", .executor = 0,
+              .current = task_view::state::suspended, .waker_registered = false,
+              .state_for_ns = 200'000'000};
+  views[1] = {.id = 2, .name = "waiting", .location = "a.cpp:2", .executor = 0,
+              .current = task_view::state::suspended, .waker_registered = true,
+              .state_for_ns = 900'000'000};  // a registered waker: fine however long
+  views[2] = {.id = 3, .name = "poller", .location = "a.cpp:3", .executor = 1,
+              .current = task_view::state::running, .wakes = 1000, .self_wakes = 900};
+  views[3] = {.id = 4, .name = "starved", .location = "a.cpp:4", .executor = 1,
+              .current = task_view::state::scheduled, .state_for_ns = 150'000'000};
+  const auto sweep = [&] {
+    hub.evaluate_tasks([&](const auto& visit) {
+      for (const task_view& v : views) visit(v);
+    }, now());
+  };
+  sweep();
+  ASSERT_EQ(delivered.size(), 3u);
+  warning_subject lost{warning_subject::kind::task, 1};
+  warning_subject poller{warning_subject::kind::task, 3};
+  warning_subject starved{warning_subject::kind::task, 4};
+  EXPECT_TRUE(hub.is_active(warning_kind::lost_waker, lost));
+  EXPECT_TRUE(hub.is_active(warning_kind::self_wakes, poller));
+  EXPECT_TRUE(hub.is_active(warning_kind::woken_not_polled, starved));
+  for (const warning& w : delivered) {
+    if (w.kind == warning_kind::lost_waker) {
+      EXPECT_EQ(w.subject.name, "lost");
+      EXPECT_EQ(w.subject.location, "a.cpp:1");
+    }
+  }
+  // Self-wakes between the two thresholds (45%): stays raised, no flicker, no new delivery.
+  views[2].wakes = 2000;
+  views[2].self_wakes = 900;
+  sweep();
+  EXPECT_TRUE(hub.is_active(warning_kind::self_wakes, poller));
+  // Below the lower threshold (30%): lowered. The lost task was woken; the starved one polled.
+  views[2].wakes = 3000;
+  views[0].current = task_view::state::running;
+  views.pop_back();  // task 4 completed
+  sweep();
+  EXPECT_FALSE(hub.is_active(warning_kind::self_wakes, poller));
+  EXPECT_FALSE(hub.is_active(warning_kind::lost_waker, lost));
+  EXPECT_FALSE(hub.is_active(warning_kind::woken_not_polled, starved));
+  EXPECT_EQ(delivered.size(), 3u);
+  // Too few wakes to judge: nothing, whatever the share.
+  views[2] = {.id = 5, .current = task_view::state::running, .wakes = 10, .self_wakes = 10};
+  sweep();
+  EXPECT_EQ(delivered.size(), 3u);
+}
+
+TEST(WarningHubEmbeddedTicks, OverBudgetTicksRaiseOnceAndLowerAfterTicksWithinBudget) {
+  registry r;
+  warning_hub hub(r);
+  int delivered = 0;
+  hub.set_warning_hook([&](const warning&) { ++delivered; });
+  warning_hub::tick_watch state;
+  const auto subject = [] {
+    warning_subject s;
+    s.what = warning_subject::kind::embedded_executor;
+    s.id = 9;
+    return s;
+  };
+  const std::uint64_t budget = 1'000'000;
+  hub.observe_tick(state, 1'500'000, budget, subject);  // over budget, under 2x: nothing
+  EXPECT_EQ(delivered, 0);
+  hub.observe_tick(state, 3'000'000, budget, subject);
+  EXPECT_EQ(delivered, 1);
+  // Alternating long and short ticks: no flicker (lowered only after 8 successive good ones).
+  for (int i = 0; i < 20; ++i) {
+    hub.observe_tick(state, i % 2 ? 3'000'000 : 500'000, budget, subject);
+  }
+  EXPECT_EQ(delivered, 1);
+  for (int i = 0; i < 8; ++i) hub.observe_tick(state, 500'000, budget, subject);
+  EXPECT_FALSE(hub.is_active(warning_kind::embedded_tick_over_budget, subject()));
+  EXPECT_EQ(hub.recent().size(), 1u);
+}
+
+}  // namespace
