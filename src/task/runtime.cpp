@@ -3,6 +3,7 @@
 
 #include "spindle/core/executor.hpp"
 #include "spindle/core/frame_allocator.hpp"
+#include "spindle/diagnostics/metrics.hpp"
 
 namespace spindle {
 namespace detail {
@@ -59,6 +60,8 @@ runtime::runtime(runtime_options options) {
   state_ = std::make_shared<detail::runtime_state>(core->options().max_executors);
   state_->core = core;
   core->set_layer_state(state_.get());
+  state_->executor_metrics = state_->diagnostics_registry.add_metrics(
+      [raw = core.get()](std::string& out) { diagnostics::write_executor_metrics(out, *raw); });
   // Step 5 of shutdown (then the layers above tasks stop). The hook keeps the task state alive until the shutdown finished (workers
   // and tasks use it through raw pointers); the core drops the hook after running it, which
   // breaks the cycle state -> core -> hook -> state.
