@@ -160,6 +160,44 @@ INSTANTIATE_TEST_SUITE_P(Backends, MetricsIo,
                          ::testing::Values(spindle::core::io_backend::uring,
                                            spindle::core::io_backend::epoll));
 
+// Work queued behind a busy executor shows in the queue-depth gauges while it waits.
+TEST(MetricsExecutor, QueueDepthsShowWorkWaitingBehindABusyExecutor) {
+  spindle::runtime rt({.workers = 1});
+  std::vector<spindle::join_handle<int>> waiting;
+  {
+    executor_blocker blocker(rt);
+    for (int i = 0; i < 5; ++i) waiting.push_back(rt.spawn(immediate()));  // the injector
+    for (int i = 0; i < 3; ++i) waiting.push_back(rt.spawn_on(0, immediate()));  // the inbox
+    const std::string text = metrics_of(rt);
+    EXPECT_EQ(sample_value(text, "spindle_executor_injector_queue_depth{executor=\"0\"}"), 5)
+        << text;
+    EXPECT_EQ(sample_value(text, "spindle_executor_inbox_queue_depth{executor=\"0\"}"), 3)
+        << text;
+  }
+  for (auto& h : waiting) EXPECT_EQ(join_bounded(std::move(h)), 1);
+  const std::string text = metrics_of(rt);
+  EXPECT_EQ(sample_value(text, "spindle_executor_injector_queue_depth{executor=\"0\"}"), 0);
+  EXPECT_EQ(sample_value(text, "spindle_executor_inbox_queue_depth{executor=\"0\"}"), 0);
+  EXPECT_EQ(sample_value(text, "spindle_executor_local_queue_depth{executor=\"0\"}"), 0);
+}
+
+spindle::task<void> sleep_long() { co_await spindle::sleep_for(std::chrono::seconds(30)); }
+
+TEST(MetricsExecutor, ASleepingTaskIsATimerPending) {
+  spindle::runtime rt({.workers = 2});
+  auto pending = [&] {
+    const std::string text = metrics_of(rt);
+    return sample_value(text, "spindle_executor_timers_pending{executor=\"0\"}") +
+           sample_value(text, "spindle_executor_timers_pending{executor=\"1\"}");
+  };
+  EXPECT_EQ(pending(), 0);
+  auto sleeper = rt.spawn(sleep_long());
+  ASSERT_TRUE(eventually([&] { return pending() == 1; }, 10s)) << metrics_of(rt);
+  sleeper.cancel();
+  EXPECT_TRUE(joined_cancelled(sleeper));
+  EXPECT_TRUE(eventually([&] { return pending() == 0; }, 10s)) << metrics_of(rt);
+}
+
 TEST(MetricsExecutor, SpawnOnGoesThroughTheInbox) {
   spindle::runtime rt({.workers = 2});
   for (int i = 0; i < 10; ++i) rt.spawn_on(1, immediate()).join();
