@@ -17,7 +17,7 @@ namespace {
 // P-, C- and T-state (the "invariant TSC" of the Intel and AMD manuals).
 bool has_invariant_tsc() noexcept {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000007u) return false;
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr)) < 0x80000007u) return false;
   if (!__get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx)) return false;
   return (edx & (1u << 8)) != 0;
 }
