@@ -116,7 +116,9 @@ class supervisor_behaviour {
       if (exits_.empty()) return;
       const auto [child, outcome] = exits_.front();
       exits_.pop_front();
+      const std::size_t restarts_before = plan_.restart_count();
       decide(child, outcome);
+      ctx.system().count_restarts(plan_.restart_count() - restarts_before);
     }
   }
 

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/core/executor_metrics.hpp"
 #include "spindle/core/frame_allocator.hpp"
 #include "spindle/core/runtime_core.hpp"
 
@@ -155,6 +156,7 @@ bool executor::has_rescuable_work() const noexcept {
 std::uint32_t executor::next_random() noexcept { return next_xorshift(random_state_); }
 
 void executor::overflow(runnable** items, std::uint32_t count) noexcept {
+  metrics::bump(stats_.overflows);
   for (std::uint32_t i = 0; i + 1 < count; ++i) items[i]->next = items[i + 1];
   core_.global_injector().push_batch(index_, items[0], items[count - 1], count);
   // The batch was published under the shard mutex, not by a seq_cst RMW: fenced notify.
@@ -162,6 +164,8 @@ void executor::overflow(runnable** items, std::uint32_t count) noexcept {
 }
 
 void executor::push_local(runnable* r, schedule_hint hint) noexcept {
+  metrics::bump(stats_.local_schedules);
+  metrics::stamp_schedule(core_, r);
   // On standby, what we wake or spawn runs on the sibling that shares our CPU (parking.md),
   // unless that sibling is now stuck in a long runnable: then the standby ends here.
   if (on_standby_) [[unlikely]] {
@@ -194,7 +198,10 @@ void executor::yield_pinned(runnable* r) noexcept {
 runnable* executor::take_from_inbox() noexcept {
   if (inbox_backlog_ == nullptr) inbox_backlog_ = inbox_.take_all();
   runnable* r = inbox_backlog_;
-  if (r != nullptr) inbox_backlog_ = r->next;
+  if (r != nullptr) {
+    inbox_backlog_ = r->next;
+    metrics::bump(stats_.taken_from_inbox);
+  }
   return r;
 }
 
@@ -206,6 +213,7 @@ runnable* executor::take_from_injector(std::size_t shard) noexcept {
   std::size_t taken = 0;
   runnable* first = global.pop_batch(shard, std::max<std::uint32_t>(room, 1), taken);
   if (first == nullptr) return nullptr;
+  metrics::bump(stats_.taken_from_injector, taken);
   auto sink = [this](runnable** items, std::uint32_t count) { overflow(items, count); };
   for (runnable* r = first->next; r != nullptr;) {
     runnable* next = r->next;
@@ -235,7 +243,10 @@ runnable* executor::next_runnable() noexcept {
     // local queue, above tasks that were just woken (time-slicing.md, "woken tasks").
     std::size_t taken = 0;
     if (!on_standby_) {
-      if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) return r;
+      if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) {
+        metrics::bump(stats_.taken_from_injector);
+        return r;
+      }
     }
     if (runnable* r = pinned_yielded_.pop_front()) return r;  // fairness to the wheel
   }
@@ -246,7 +257,10 @@ runnable* executor::next_runnable() noexcept {
   if (injector_turn_owed_) {
     injector_turn_owed_ = false;
     std::size_t taken = 0;
-    if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) return r;
+    if (runnable* r = core_.global_injector().pop_batch(index_, 1, taken)) {
+      metrics::bump(stats_.taken_from_injector);
+      return r;
+    }
   }
   if (runnable* r = local_.pop()) return r;
   // Out of local work: submit what the last slices queued, route the completions (seed 000).
@@ -355,7 +369,7 @@ void executor::run_one(runnable* r) noexcept {
   }
   // relaxed: single writer; a sample for the monitor's stall watch (nothing is published by it).
   running_.store(r, std::memory_order_relaxed);
-  r->run();
+  metrics::run_measured(*this, r);  // r->run(), timed while histograms are on
   running_.store(nullptr, std::memory_order_relaxed);  // relaxed: as above
   // relaxed: single writer; the counters are samples for diagnostics and the monitor.
   stats_.runnables_run.store(stats_.runnables_run.load(std::memory_order_relaxed) + 1,

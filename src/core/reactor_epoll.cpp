@@ -186,6 +186,7 @@ class epoll_reactor final : public reactor {
   void submit(io_operation* operation) noexcept override {
     operation->result = 0;  // ours until the callback (connect_started lives here)
     in_flight_.insert(operation);
+    count_submitted();
     queued_.push_back(operation);
   }
 
@@ -282,6 +283,7 @@ class epoll_reactor final : public reactor {
   void finish(io_operation* op, std::int32_t result) noexcept {
     op->result = result;
     in_flight_.remove(op);
+    count_completed();
     completed_.push_back(op);
     ++undelivered_;
   }

@@ -125,6 +125,7 @@ class uring_reactor final : public reactor {
     prepare(sqe, operation);
     io_uring_sqe_set_data64(sqe, reinterpret_cast<std::uintptr_t>(operation));
     in_flight_.insert(operation);
+    count_submitted();
   }
 
   void cancel(std::uintptr_t operation_id) noexcept override {
@@ -352,6 +353,7 @@ class uring_reactor final : public reactor {
         op->result = cqe->res;
         if (op == drain_cursor_) drain_cursor_ = op->next_in_flight;
         in_flight_.remove(op);
+        count_completed();
         completed_.push_back(op);
       }
     }

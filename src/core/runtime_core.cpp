@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/core/executor_metrics.hpp"
 #include "spindle/core/frame_allocator.hpp"
 
 namespace spindle::core {
@@ -147,6 +148,12 @@ runtime_core::runtime_core(runtime_options options)
   sleepers_.reserve(options_.max_executors);
   is_sleeping_.assign(options_.max_executors, 0);
   woken_as_searcher_.assign(options_.max_executors, 0);
+  set_histograms(options_.diagnostics.histograms);
+}
+
+void runtime_core::set_histograms(bool on) noexcept {
+  if (on) histogram_clock::calibrate();  // before any executor reads the clock for them
+  histograms_on_.store(on, std::memory_order_relaxed);  // relaxed: see histograms_on()
 }
 
 runtime_core::~runtime_core() {
@@ -294,6 +301,7 @@ void runtime_core::schedule(runnable* r, schedule_hint hint) noexcept {
   }
   --placement.uses_left;
   const std::uint32_t target = placement.target;
+  metrics::stamp_schedule(*this, r);
   injector_.push(target, r);
   // No fence: the push counted the item with a seq_cst read-modify-write, which already orders
   // the publication before our seq_cst load of the idle state (parking.md).
@@ -303,6 +311,9 @@ void runtime_core::schedule(runnable* r, schedule_hint hint) noexcept {
 void runtime_core::schedule_on(std::uint32_t executor_index, runnable* r) noexcept {
   if (draining_.load(std::memory_order_relaxed)) return;
   executor& target = executor_at(executor_index);
+  metrics::stamp_schedule(*this, r);
+  // relaxed: a statistic; several threads may push (see executor_stats::inbox_pushes).
+  target.owner_stats().inbox_pushes.fetch_add(1, std::memory_order_relaxed);
   target.inbox().push(r);
   // Queued by the target's own thread: it is awake and takes its inbox before it parks.
   if (executor::current() == &target) return;

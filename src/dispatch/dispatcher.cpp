@@ -7,6 +7,7 @@
 #include <new>
 
 #include "dispatcher_shared.hpp"
+#include "spindle/diagnostics/prometheus.hpp"
 
 namespace spindle {
 namespace detail {
@@ -99,12 +100,40 @@ void dispatcher_shared::enqueue(submission_base* s) {
     throw dispatcher_closed();
   }
   dispatcher_side.release();  // the queue holds it now
+  // relaxed: a statistic (a reader may briefly see this submission completed, not yet counted
+  // here; both counters only grow).
+  accepted.fetch_add(1, std::memory_order_relaxed);
 }
 
 void dispatcher_shared::on_finished(submission_base* s) noexcept {
   shards_[s->shard]->unlink_live(s);
+  completed.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
   // acq_rel: a closer that sees zero sees every completion before it.
   if (outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding.notify_all();
+}
+
+void dispatcher_shared::write_metrics(std::string& out, std::string_view id) const {
+  // relaxed, all: samples; a reader may see a submission both queued and outstanding-not-yet.
+  const std::uint64_t done = completed.load(std::memory_order_relaxed);
+  const std::uint64_t taken = accepted.load(std::memory_order_relaxed);
+  const std::uint64_t open = outstanding.load(std::memory_order_relaxed);
+  std::uint64_t queued = run_queue_.size();
+  for (const auto& shard : shards_) queued += shard->size();
+  const diagnostics::metric_label labels[] = {{"dispatcher", id},
+                                              {"mode", to_string(options.mode)}};
+  diagnostics::prometheus_writer w(out);
+  w.family("spindle_dispatcher_submissions_total", diagnostics::metric_type::counter,
+           "Submissions the dispatcher accepted.");
+  w.sample("spindle_dispatcher_submissions_total", labels, taken);
+  w.family("spindle_dispatcher_completed_total", diagnostics::metric_type::counter,
+           "Submissions that completed (ran to their end, failed or were cancelled).");
+  w.sample("spindle_dispatcher_completed_total", labels, done);
+  w.family("spindle_dispatcher_queued", diagnostics::metric_type::gauge,
+           "Submissions waiting in the dispatcher's queues.");
+  w.sample("spindle_dispatcher_queued", labels, queued);
+  w.family("spindle_dispatcher_running", diagnostics::metric_type::gauge,
+           "Submissions accepted, no longer queued and not complete.");
+  w.sample("spindle_dispatcher_running", labels, open > queued ? open - queued : 0);
 }
 
 void dispatcher_shared::report_unobserved(std::exception_ptr error) noexcept {
@@ -330,6 +359,11 @@ dispatcher::dispatcher(runtime& rt, dispatcher_options options) {
   if (rt.state_->core->stopping()) throw runtime_stopped();
   shared_ = std::make_shared<detail::dispatcher_shared>(rt.state_, options);
   shared_->start();
+  static std::atomic<std::uint64_t> next_id{0};
+  // relaxed: uniqueness only.
+  const std::string id = std::to_string(next_id.fetch_add(1, std::memory_order_relaxed));
+  metrics_ = rt.state_->diagnostics_registry.add_metrics(
+      [shared = shared_.get(), id](std::string& out) { shared->write_metrics(out, id); });
 }
 
 dispatcher::~dispatcher() { close(); }

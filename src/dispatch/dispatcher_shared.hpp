@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "dispatch_queue.hpp"
@@ -47,6 +49,11 @@ class dispatcher_shared : public std::enable_shared_from_this<dispatcher_shared>
 
   const dispatcher_options options;
   std::atomic<std::uint64_t> outstanding{0};  // accepted, not complete
+  // G2 metrics (relaxed read-modify-writes: many submitting threads; beside `outstanding`'s).
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> completed{0};
+  // Appends the spindle_dispatcher_* samples of this dispatcher (any thread).
+  void write_metrics(std::string& out, std::string_view id) const;
 
  private:
   friend struct worker_exit;

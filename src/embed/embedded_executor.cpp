@@ -10,6 +10,7 @@
 #include "spindle/core/frame_allocator.hpp"
 #include "spindle/diagnostics/server.hpp"
 #include "spindle/task/live_view.hpp"
+#include "spindle/diagnostics/prometheus.hpp"
 
 namespace spindle::embed {
 namespace {
@@ -46,6 +47,7 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
   options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
   task_host::warnings.configure(options_.diagnostics);
+  metrics_ = diagnostics_registry.add_metrics([this](std::string& out) { write_metrics(out); });
   core::add_frame_cache_share(options_.frame_cache_bytes);
   // The live view (task/live_view.hpp); it never throws: nothing below throws.
   live_view = ::spindle::detail::start_live_view(*this, nullptr, options_.diagnostics,
@@ -167,6 +169,7 @@ void embedded_executor::tick() {
   }
   if (queued_work()) host_.request_reentry();
   host_.tick_at(next_deadline());
+  publish_statistics();
   host_.end_tick();
 }
 
@@ -185,6 +188,47 @@ void embedded_executor::look_at_tick(std::uint64_t elapsed_ns) noexcept {
   } catch (...) {
     // Out of memory formatting a warning: the tick goes on.
   }
+}
+
+void embedded_executor::publish_statistics() noexcept {
+  // relaxed, all: single writer (the ticking thread); readers sample.
+  constexpr auto relaxed = std::memory_order_relaxed;
+  published_.ticks.store(statistics_.ticks, relaxed);
+  published_.tasks_run.store(statistics_.tasks_run, relaxed);
+  published_.foreign_wakes.store(statistics_.foreign_wakes, relaxed);
+  published_.timers_fired.store(statistics_.timers_fired, relaxed);
+  published_.ticks_out_of_time.store(statistics_.ticks_out_of_time, relaxed);
+  published_.queued_tasks.store(
+      newest_.size() + oldest_.size() + requested_newest_.size() + requested_oldest_.size(),
+      relaxed);
+}
+
+void embedded_executor::write_metrics(std::string& out) const {
+  using diagnostics::metric_type;
+  diagnostics::prometheus_writer w(out);
+  constexpr auto relaxed = std::memory_order_relaxed;  // samples (see published_statistics)
+  auto one = [&](std::string_view name, metric_type type, std::string_view help,
+                 std::uint64_t value) {
+    w.family(name, type, help);
+    w.sample(name, {}, value);
+  };
+  one("spindle_embedded_ticks_total", metric_type::counter, "Ticks the host ran.",
+      published_.ticks.load(relaxed));
+  one("spindle_embedded_polls_total", metric_type::counter, "Runnables run in ticks.",
+      published_.tasks_run.load(relaxed));
+  one("spindle_embedded_foreign_wakes_total", metric_type::counter,
+      "Runnables queued from other threads or outside a tick.",
+      published_.foreign_wakes.load(relaxed));
+  one("spindle_embedded_timers_fired_total", metric_type::counter, "Timers fired.",
+      published_.timers_fired.load(relaxed));
+  one("spindle_embedded_ticks_out_of_time_total", metric_type::counter,
+      "Ticks that stopped running tasks because time_per_tick had passed.",
+      published_.ticks_out_of_time.load(relaxed));
+  one("spindle_embedded_queued_tasks", metric_type::gauge,
+      "Runnables queued at the end of the last tick.", published_.queued_tasks.load(relaxed));
+  one("spindle_embedded_live_tasks", metric_type::gauge, "Tasks spawned and not completed.",
+      tasks.live_count());
+  one("spindle_embedded_timers_pending", metric_type::gauge, "Timers armed.", timers_.size());
 }
 
 void embedded_executor::service(service_kind kind) noexcept {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "spindle/core/executor_metrics.hpp"
 #include "spindle/core/runtime_core.hpp"
 
 namespace spindle {
@@ -113,6 +114,7 @@ promotion promote_frames(fork_thread_state* state, latent_frame** top) noexcept 
     std::atomic_signal_fence(std::memory_order_release);
     frame->published.store(work, std::memory_order_relaxed);  // relaxed: see "Pings"
     bump(counters.promoted);
+    core::metrics::record_fork_promotion(self);
     ++result.published;
   }
   return result;
@@ -358,7 +360,10 @@ void begin_delegate(delegated_work* work) noexcept {
   const std::uint32_t thief = state->executor != nullptr ? state->executor->index() : no_thief;
   // relaxed: a hint for the owner's helping (see find_published_work). A piece that ended a
   // slice and runs again was delegated once: counted at its first run only.
-  if (work->thief.exchange(thief, std::memory_order_relaxed) == no_thief) bump(counters.delegated);
+  if (work->thief.exchange(thief, std::memory_order_relaxed) == no_thief) {
+    bump(counters.delegated);
+    core::metrics::record_fork_theft(state->executor);
+  }
 }
 
 void finish_delegate(delegated_work* work) noexcept {

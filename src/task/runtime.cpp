@@ -5,6 +5,7 @@
 #include "spindle/core/frame_allocator.hpp"
 #include "spindle/diagnostics/server.hpp"
 #include "spindle/task/live_view.hpp"
+#include "spindle/diagnostics/metrics.hpp"
 
 namespace spindle {
 namespace detail {
@@ -84,6 +85,8 @@ runtime::runtime(runtime_options options) {
   core->set_layer_state(state_.get());
   // Warnings (G4): the monitor watches the executors; a stall names its task through the table.
   connect_warnings(*state_, *core);
+  state_->executor_metrics = state_->diagnostics_registry.add_metrics(
+      [raw = core.get()](std::string& out) { diagnostics::write_executor_metrics(out, *raw); });
   // Step 5 of shutdown (then the layers above tasks stop). The hook keeps the task state alive until the shutdown finished (workers
   // and tasks use it through raw pointers); the core drops the hook after running it, which
   // breaks the cycle state -> core -> hook -> state.

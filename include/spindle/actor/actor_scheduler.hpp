@@ -343,6 +343,16 @@ class actor_system {
   // Process-wide count of live actor cells (memory not yet freed), for leak checks in tests.
   static std::uint64_t live_cells() noexcept;
 
+  // G2 metrics: children its supervisors restarted (a supervisor's actor counts; relaxed RMW:
+  // supervisors run on any executor), and the spindle_actor_* families (any thread).
+  void count_restarts(std::uint64_t restarts) noexcept {
+    supervisor_restarts_.fetch_add(restarts, std::memory_order_relaxed);  // relaxed: a statistic
+  }
+  std::uint64_t supervisor_restarts() const noexcept {
+    return supervisor_restarts_.load(std::memory_order_relaxed);  // relaxed: a sample
+  }
+  void write_metrics(std::string& out) const;
+
  private:
   core::runtime_core& core_;
   actor_system_options options_;
@@ -355,6 +365,7 @@ class actor_system {
   std::atomic<bool> shut_down_{false};
   std::mutex failure_hook_mutex_;
   supervisor_failure_hook failure_hook_;  // under failure_hook_mutex_; empty: the default
+  std::atomic<std::uint64_t> supervisor_restarts_{0};
 
   void halt_supervision_trees() noexcept;
 };

@@ -86,6 +86,7 @@
 
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/executor_mailbox.hpp"
+#include "spindle/core/histogram.hpp"
 #include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/local_queue.hpp"
 #include "spindle/core/offer_board.hpp"
@@ -119,6 +120,27 @@ struct executor_stats {
   // busy time / wall time, smoothed with an exponential moving average; includes the current
   // unfinished runnable, so an executor stuck in one runnable reads as busy.
   std::atomic<std::uint32_t> utilisation{0};
+  // --- G2 metrics (executor_metrics.hpp; docs/design/diagnostics.md, "Metrics (G2)") ---------
+  // Owner-written like the rest, except where noted.
+  std::atomic<std::uint64_t> local_schedules{0};      // push_local: spawns, wakes, yields here
+  std::atomic<std::uint64_t> overflows{0};            // local ring overflowed into the injector
+  std::atomic<std::uint64_t> taken_from_injector{0};  // runnables taken from any injector shard
+  std::atomic<std::uint64_t> taken_from_inbox{0};     // runnables taken from the inbox
+  // Pushed onto the inbox (schedule_on, any thread: fetch_add, a path not hot enough to count).
+  std::atomic<std::uint64_t> inbox_pushes{0};
+  std::atomic<std::uint64_t> forced_yields{0};  // tasks here whose cooperative budget ran out
+  // Fork-join: continuations this executor promoted (fetch_add: promotion also runs in the ping
+  // handler, which may interrupt the owner between a load and a store) and delegated work it
+  // took from another executor's board and ran (a theft).
+  std::atomic<std::uint64_t> fork_promotions{0};
+  std::atomic<std::uint64_t> fork_thefts{0};
+};
+
+// Poll-time and wake-to-poll histograms of one executor (recorded while
+// runtime_core::histograms_on(); executor_metrics.hpp).
+struct executor_histograms {
+  log_histogram poll_time;
+  log_histogram wake_to_poll;
 };
 
 // Runnables addressed to one executor (spawn_on, I/O cancel requests): the generic MPSC stack of
@@ -153,6 +175,12 @@ class executor {
   // The executor's reactor (I/O and parking). Owner-only except for unpark (reactor.hpp).
   reactor& io() noexcept { return *reactor_; }
   const executor_stats& stats() const noexcept { return stats_; }
+  // Owner thread (and the layers running on it: tasks, fork-join): the counters it writes
+  // (executor_metrics.hpp's record functions).
+  executor_stats& owner_stats() noexcept { return stats_; }
+  // Anyone reads (snapshot()); the owner records (executor_metrics.hpp).
+  const executor_histograms& histograms() const noexcept { return histograms_; }
+  executor_histograms& owner_histograms() noexcept { return histograms_; }
   // Load as P2C placement compares it (load.md): queued work (local queue + own injector shard +
   // inbox backlog) weighted 4 per item, plus utilisation in quarters (0..4), plus 64 while the
   // executor is in a long runnable (new work there would wait for it) or on standby (a sibling
@@ -312,6 +340,7 @@ class executor {
   timer_service timers_;
   std::unique_ptr<reactor> reactor_;
   executor_stats stats_;
+  executor_histograms histograms_;
   executor_mailbox_stats message_stats_;
   // Senders write this line (push) and read it (the parking flag): its own cache line.
   alignas(cache_line_size) executor_mailbox mailbox_;

@@ -31,6 +31,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -149,6 +150,16 @@ class reactor : public park_driver {
   // Owner: cancels everything in flight and waits for every final completion.
   virtual void drain() noexcept = 0;
 
+  // G2 metrics: operations submitted and completed (final completions) since construction.
+  // The owner writes (count_submitted/count_completed, single writer), anyone reads; in flight
+  // as a reader sees it: completed first, then submitted, subtracted (never negative).
+  std::uint64_t operations_submitted() const noexcept {
+    return operations_submitted_.load(std::memory_order_relaxed);  // relaxed: a sample
+  }
+  std::uint64_t operations_completed() const noexcept {
+    return operations_completed_.load(std::memory_order_relaxed);  // relaxed: a sample
+  }
+
   // Test hook for fault injection (see io_fault_hook); null disables it.
   void set_fault_hook(io_fault_hook hook) noexcept { fault_hook_ = hook; }
   // Test hook making the submission queue look full (see io_sq_fault_hook); null disables it.
@@ -158,6 +169,19 @@ class reactor : public park_driver {
  protected:
   io_fault_hook fault_hook_ = nullptr;
   io_sq_fault_hook sq_fault_hook_ = nullptr;
+  // Backends: next to in_flight_ insert/remove (relaxed: single writer; readers sample).
+  void count_submitted() noexcept {
+    operations_submitted_.store(operations_submitted_.load(std::memory_order_relaxed) + 1,
+                                std::memory_order_relaxed);
+  }
+  void count_completed() noexcept {
+    operations_completed_.store(operations_completed_.load(std::memory_order_relaxed) + 1,
+                                std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<std::uint64_t> operations_submitted_{0};
+  std::atomic<std::uint64_t> operations_completed_{0};
 };
 
 // The one place a backend is chosen: `requested`, unless it is automatic and the environment

@@ -25,6 +25,10 @@ struct runnable {
   // Intrusive link, used only while the runnable sits in a mutex-protected list (injector
   // shards). The local queue stores pointers in its ring and does not use it.
   runnable* next = nullptr;
+  // When it was last scheduled, in histogram_clock ticks; written by the scheduling thread
+  // before the push that publishes the runnable, read and cleared by the executor that polls it,
+  // and only while histograms are on (executor_metrics.hpp); 0: not stamped.
+  std::uint64_t scheduled_at_ticks = 0;
 
   explicit runnable(const runnable_vtable* table) noexcept : vtable(table) {}
   void run() noexcept { vtable->run(this); }

@@ -293,6 +293,13 @@ class runtime_core final : public scheduler {
     return coarse_now_ns_.load(std::memory_order_relaxed);  // relaxed: a sample of the time
   }
   std::uint64_t service_interval_ns() const noexcept { return service_interval_ns_; }
+  // G2 metrics: whether executors record poll-time and wake-to-poll histograms and schedulers
+  // stamp runnables (executor_metrics.hpp). Starts as options().diagnostics.histograms; any
+  // thread may switch it. One relaxed load per poll and per schedule while off.
+  bool histograms_on() const noexcept {
+    return histograms_on_.load(std::memory_order_relaxed);  // relaxed: a switch, publishes nothing
+  }
+  void set_histograms(bool on) noexcept;
   bool standby_enabled() const noexcept { return options_.standby_first.count() != 0; }
   // Executors in a long runnable right now (monitor writes; a hint).
   std::uint32_t long_runnable_count() const noexcept {
@@ -362,6 +369,8 @@ class runtime_core final : public scheduler {
   // Time slicing (runtime_monitor.hpp).
   const std::uint64_t service_interval_ns_;
   alignas(cache_line_size) std::atomic<std::uint64_t> coarse_now_ns_{0};
+  // Beside the coarse clock, which every executor reads after each runnable: the same line.
+  std::atomic<bool> histograms_on_{false};
   std::atomic<std::uint32_t> long_runnables_{0};
   std::unique_ptr<runtime_monitor> monitor_;
   std::atomic<bool> stopping_{false};

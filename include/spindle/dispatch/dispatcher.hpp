@@ -135,6 +135,9 @@ class dispatcher {
   void enqueue(detail::submission_base* s);
 
   std::shared_ptr<detail::dispatcher_shared> shared_;
+  // Its spindle_dispatcher_* families in the runtime's diagnostics registry (G2); declared after
+  // shared_, which its writer reads: dropped first.
+  diagnostics::registry::registration metrics_;
 };
 
 }  // namespace spindle

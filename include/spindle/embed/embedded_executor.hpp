@@ -187,6 +187,11 @@ class embedded_executor final : private ::spindle::detail::task_host {
   // The TCP port of this executor's live view (embedded_options::diagnostics or
   // SPINDLE_DIAGNOSTICS), 0 when none is serving. Any thread.
   std::uint16_t diagnostics_port() const noexcept;
+  // The diagnostics registry of this executor (diagnostics/registry.hpp): what
+  // diagnostics::metrics_text and the snapshot read, from any thread.
+  const spindle::diagnostics::registry& diagnostics() const noexcept {
+    return diagnostics_registry;
+  }
   // For tests and diagnostics: called at the start of every phase (ticking thread); null: off.
   void set_phase_observer(void (*observer)(void* context, phase), void* context) noexcept {
     phase_observer_ = observer;
@@ -255,6 +260,22 @@ class embedded_executor final : private ::spindle::detail::task_host {
   void look_at_tick(std::uint64_t elapsed_ns) noexcept;
   void (*phase_observer_)(void*, phase) = nullptr;
   void* phase_context_ = nullptr;
+  // G2 metrics: statistics_ as of the end of the last tick (the ticking thread stores, relaxed,
+  // single writer; the spindle_embedded_* families in the host's registry read them from any
+  // thread). A few stores per tick; no allocation.
+  struct published_statistics {
+    std::atomic<std::uint64_t> ticks{0};
+    std::atomic<std::uint64_t> tasks_run{0};
+    std::atomic<std::uint64_t> foreign_wakes{0};
+    std::atomic<std::uint64_t> timers_fired{0};
+    std::atomic<std::uint64_t> ticks_out_of_time{0};
+    std::atomic<std::uint64_t> queued_tasks{0};
+  };
+  published_statistics published_;
+  void publish_statistics() noexcept;
+  void write_metrics(std::string& out) const;
+  // Last: dropped first, before anything its writer reads.
+  diagnostics::registry::registration metrics_;
 };
 
 }  // namespace spindle::embed

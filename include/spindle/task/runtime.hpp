@@ -46,6 +46,10 @@ namespace detail {
 // the task host of the multi-core runtime (its table shards are the executors).
 struct runtime_state final : task_host {
   std::shared_ptr<core::runtime_core> core;
+  // The executor families (diagnostics/metrics.hpp) in this host's registry, from the start
+  // until this state is destroyed (after `core`'s users: the writer reads `core`, declared
+  // before it), so the final figures stay readable after shutdown().
+  spindle::diagnostics::registry::registration executor_metrics;
   explicit runtime_state(std::uint32_t executors) : task_host(executors) {}
 
   // task_host

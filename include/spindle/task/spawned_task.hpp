@@ -49,6 +49,7 @@
 
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/clock.hpp"
+#include "spindle/core/metrics_points.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/task/cancellation.hpp"
 #include "spindle/task/task_host.hpp"
@@ -304,6 +305,7 @@ struct cooperative_await {
   // the caller's last touch of the awaiter: the task may already be running on another thread.
   static bool yield(spawned_task_base& task, std::coroutine_handle<> resume_at) noexcept {
     task.set_resume_point(resume_at);
+    core::metrics::record_forced_yield();  // before the reschedule: `task` may run elsewhere
     task.yield_to_scheduler();
     return true;
   }
