@@ -42,7 +42,10 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
   current_task = t;
   refill_cooperative_budget();
+  const std::uint64_t traced_id = t->trace_id();  // `t` may be gone after the run
+  core::trace_event(core::trace_kind::poll_start, traced_id);
   run_trampoline(t->resume_point_);
+  core::trace_event(core::trace_kind::poll_end, traced_id);
   // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
   current_task = outer;
 }
@@ -164,6 +167,7 @@ bool spawned_task_base::withdraw_joiner() noexcept {
 }
 
 void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
+  core::trace_event(core::trace_kind::task_end, trace_id(), 0, std::uint32_t(outcome));
   outcome_ = outcome;
   if (table_ != nullptr) {
     table_->erase(id_, host_->table_shard());
