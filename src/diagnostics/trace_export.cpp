@@ -252,17 +252,18 @@ std::string chrome_trace_json(const core::trace_capture& capture) {
           continue;
         case trace_kind::poll_end: {
           auto& open = polls[tid];
-          if (open.empty() || open.back().id != e.id) continue;  // its start left the window
+          // The innermost open poll of this thread (or none: its start left the window).
+          if (open.empty() || (e.id != 0 && open.back().id != e.id)) continue;
           const open_slice s = open.back();
           open.pop_back();
           out_event x;
           x.ns = s.ns;
           x.duration_ns = e.ns - s.ns;
           x.tid = tid;
-          x.name = "poll " + task_name(e.id);
+          x.name = "poll " + task_name(s.id);
           x.category = "task";
-          x.args = "{\"task\":" + std::to_string(std::uint32_t(e.id)) +
-                   ",\"serial\":" + std::to_string(e.id >> 32) +
+          x.args = "{\"task\":" + std::to_string(std::uint32_t(s.id)) +
+                   ",\"serial\":" + std::to_string(s.id >> 32) +
                    ",\"local_queue_depth\":" + std::to_string(s.depth) + "}";
           if (auto it = flows.in.find({r, s.index}); it != flows.in.end()) {
             x.flow = it->second;

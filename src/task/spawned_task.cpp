@@ -42,10 +42,9 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
   current_task = t;
   refill_cooperative_budget();
-  const std::uint64_t traced_id = t->trace_id();  // `t` may be gone after the run
-  core::trace_event(core::trace_kind::poll_start, traced_id);
+  core::trace_event(core::trace_kind::poll_start, t->trace_id());
   run_trampoline(t->resume_point_);
-  core::trace_event(core::trace_kind::poll_end, traced_id);
+  core::trace_event(core::trace_kind::poll_end, 0);  // ends this thread's innermost poll
   // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
   current_task = outer;
 }

@@ -77,7 +77,7 @@ enum class trace_kind : std::uint8_t {
   none = 0,
   spawn,          // id: task; on the spawning thread. Flow: spawn -> the task's first poll
   poll_start,     // id: task; aux: the executor's local queue depth
-  poll_end,       // id: task
+  poll_end,       // ends the thread's innermost poll (id 0: `t` may be gone by then)
   task_end,       // id: task
   wake,           // id: task
   steal,          // id: the victim executor; aux: the thief's local queue depth after the theft
@@ -103,7 +103,8 @@ inline constexpr std::uint16_t foreign_thread_flag = 0x8000;
 extern std::atomic<std::uint32_t> trace_active_recorders;
 
 // The out-of-line half of trace_event (trace.cpp): the ring of this thread, or the foreign one.
-void trace_record(trace_kind kind, std::uint64_t id, std::uint64_t ref, std::uint32_t aux) noexcept;
+[[gnu::cold]] void trace_record(trace_kind kind, std::uint64_t id, std::uint64_t ref,
+                              std::uint32_t aux) noexcept;
 
 // THE event point. One relaxed load while no runtime traces; nothing at all when compiled out.
 inline void trace_event(trace_kind kind, std::uint64_t id, std::uint64_t ref = 0,
