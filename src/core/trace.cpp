@@ -218,7 +218,8 @@ void trace_record(trace_kind kind, std::uint64_t id, std::uint64_t ref, std::uin
   if (trace_ring* ring = thread_ring) {
     if (!ring->owner->enabled()) return;
     if (kind == trace_kind::poll_start || kind == trace_kind::park) {
-      aux = ring->executor_of->local().size();  // the owner's view of its own queue
+      // The owner's view of its own queue (none for an embedded executor's ring).
+      aux = ring->executor_of != nullptr ? ring->executor_of->local().size() : 0;
     }
     ring->write(kind, ring->executor_index, aux, id, ref);
     return;
@@ -236,7 +237,7 @@ void trace_record(trace_kind kind, std::uint64_t id, std::uint64_t ref, std::uin
 
 void trace_attach_thread(trace_recorder& recorder, executor& owner, std::uint32_t index) noexcept {
   try {
-    recorder.attach(owner, index);
+    recorder.attach(&owner, index);
   } catch (...) {
     return;  // no buffer: this executor records nothing
   }
@@ -244,6 +245,12 @@ void trace_attach_thread(trace_recorder& recorder, executor& owner, std::uint32_
 }
 
 void trace_detach_thread() noexcept { thread_ring = nullptr; }
+
+trace_ring* trace_exchange_thread_ring(trace_ring* ring) noexcept {
+  trace_ring* previous = thread_ring;
+  thread_ring = ring;
+  return previous;
+}
 
 // --- trace_recorder -----------------------------------------------------------------------------
 
@@ -268,9 +275,9 @@ trace_recorder::~trace_recorder() {
   recorders.erase(std::find(recorders.begin(), recorders.end(), this));
 }
 
-void trace_recorder::attach(executor& owner, std::uint32_t index) {
+void trace_recorder::attach(executor* owner, std::uint32_t index) {
   std::lock_guard lock(mutex_);
-  rings_[index].executor_of = &owner;
+  rings_[index].executor_of = owner;
   if (enabled_.load(std::memory_order_relaxed)) rings_[index].allocate(capacity_);
   const std::uint32_t attached = attached_.load(std::memory_order_relaxed);
   // release: the ring's fields before a reader that sees the count reads them.
@@ -308,6 +315,7 @@ trace_capture trace_recorder::collect(std::chrono::nanoseconds last) const {
   const std::uint64_t since_ticks =
       capture.window_start_ns == 0 ? 0 : ns_to_ticks(c, capture.window_start_ns);
   capture.executors = attached_executors();
+  capture.thread_label = thread_label_;
   std::vector<std::uint64_t> ticks;
   auto take = [&](const trace_ring& ring, std::uint16_t executor) {
     trace_capture::ring_events out;

@@ -201,7 +201,7 @@ std::string chrome_trace_json(const core::trace_capture& capture) {
   std::vector<out_event> events;
   std::map<std::int64_t, std::string> thread_names;
   for (std::uint32_t i = 0; i < capture.executors; ++i) {
-    thread_names[tid_of(std::uint16_t(i))] = "executor " + std::to_string(i);
+    thread_names[tid_of(std::uint16_t(i))] = capture.thread_label + " " + std::to_string(i);
   }
   std::map<std::uint64_t, task_life> tasks;  // ordered: deterministic output
   auto life = [&](std::uint64_t id, std::uint64_t ns) -> task_life& {

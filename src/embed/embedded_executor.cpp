@@ -43,6 +43,10 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   options_.tasks_per_tick = std::max<std::uint32_t>(options_.tasks_per_tick, 1);
   options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
   options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
+  trace_ = std::make_shared<core::trace_recorder>(1, core::diagnostics_options{});
+  trace_->set_thread_label("embedded executor");
+  trace_->attach(nullptr, 0);
+  diagnostics_registry.set_trace_source(trace_);
   core::add_frame_cache_share(options_.frame_cache_bytes);  // last: nothing below throws
 }
 
@@ -130,6 +134,7 @@ void embedded_executor::tick() {
   struct leave_tick {
     ~leave_tick() { ticking_here = nullptr; }
   } leave;
+  core::trace_thread_scope traced(*trace_);  // this tick's events go to the executor's ring
   host_.begin_tick();
   ++statistics_.ticks;
   // The time budget is real time (the steady clock), read only when the host set one.

@@ -147,6 +147,7 @@ struct trace_capture {
   std::uint64_t window_start_ns = 0;  // monotonic ns: events before it were left out
   std::uint64_t taken_at_ns = 0;      // monotonic ns when the copy was taken
   std::uint32_t executors = 0;        // executor rings that exist (0..executors-1)
+  std::string thread_label = "executor";  // their threads' names: "<label> <index>"
   std::string reason;                 // why it was taken (a dump's reason; empty: on request)
 };
 
@@ -216,7 +217,10 @@ class trace_recorder {
   void set_dump_listener(dump_listener listener, void* context);
 
   // Worker thread, at the top of its loop: this thread records into executor `index`'s ring.
-  void attach(executor& owner, std::uint32_t index);
+  // `owner` (null for an embedded executor) gives the queue depths.
+  void attach(executor* owner, std::uint32_t index);
+  // What the export calls the rings' threads ("executor" unless set; before any reader).
+  void set_thread_label(std::string label) { thread_label_ = std::move(label); }
   trace_ring& ring(std::uint32_t index) noexcept { return rings_[index]; }
   std::uint32_t attached_executors() const noexcept {
     return attached_.load(std::memory_order_acquire);  // acquire: pairs with attach's release
@@ -230,6 +234,7 @@ class trace_recorder {
   std::atomic<std::uint32_t> attached_{0};  // 1 + highest index attached
   mutable std::mutex mutex_;                // allocation, switching, dumps
   std::vector<trace_capture> dumps_;        // guarded by mutex_
+  std::string thread_label_ = "executor";   // set before readers exist
   dump_listener listener_ = nullptr;        // guarded by mutex_
   void* listener_context_ = nullptr;
 };
@@ -238,6 +243,34 @@ class trace_recorder {
 void trace_attach_thread(trace_recorder& recorder, executor& owner, std::uint32_t index) noexcept;
 // The calling thread no longer records into a ring of its own (end of the executor loop).
 void trace_detach_thread() noexcept;
+
+// A thread that records into ring 0 of `recorder` for a while: an embedded executor's tick (the
+// host's thread is no executor). One relaxed load while no runtime traces; restores the
+// thread's previous ring at the end of the scope.
+trace_ring* trace_exchange_thread_ring(trace_ring* ring) noexcept;
+class trace_thread_scope {
+ public:
+  explicit trace_thread_scope(trace_recorder& recorder) noexcept {
+#if SPINDLE_TRACING
+    // relaxed: a switch, as in trace_event; a tick that starts untraced stays so.
+    if (trace_active_recorders.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+      previous_ = trace_exchange_thread_ring(&recorder.ring(0));
+      swapped_ = true;
+    }
+#else
+    (void)recorder;
+#endif
+  }
+  ~trace_thread_scope() {
+    if (swapped_) trace_exchange_thread_ring(previous_);
+  }
+  trace_thread_scope(const trace_thread_scope&) = delete;
+  trace_thread_scope& operator=(const trace_thread_scope&) = delete;
+
+ private:
+  trace_ring* previous_ = nullptr;
+  bool swapped_ = false;
+};
 
 // Monotonic nanoseconds of a tick count of the trace clock (any thread).
 std::uint64_t trace_ticks_to_ns(std::uint64_t ticks) noexcept;

@@ -81,6 +81,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -90,6 +91,7 @@
 #include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/outside_gate.hpp"
 #include "spindle/core/timer_wheel.hpp"
+#include "spindle/core/trace.hpp"
 #include "spindle/embed/integration.hpp"
 #include "spindle/task/join_handle.hpp"
 #include "spindle/task/runtime.hpp"
@@ -180,6 +182,10 @@ class embedded_executor final : private ::spindle::detail::task_host {
   clock_time next_deadline() const noexcept;
 
   embedded_statistics statistics() const noexcept;
+  // What this executor hands its diagnostics readers (diagnostics/registry.hpp): e.g.
+  // diagnostics::set_tracing(ex.diagnostics(), true), diagnostics::trace_json(ex.diagnostics(),
+  // ms) (G3). Any thread.
+  spindle::diagnostics::registry& diagnostics() noexcept { return diagnostics_registry; }
   // For tests and diagnostics: called at the start of every phase (ticking thread); null: off.
   void set_phase_observer(void (*observer)(void* context, phase), void* context) noexcept {
     phase_observer_ = observer;
@@ -224,6 +230,9 @@ class embedded_executor final : private ::spindle::detail::task_host {
   void drain_for_shutdown() noexcept;
 
   embedded_options options_;
+  // G3 tracing (core/trace.hpp): one ring, recorded into by whichever thread ticks; the
+  // registry's trace source (diagnostics::trace_json, set_tracing). Off until switched on.
+  std::shared_ptr<core::trace_recorder> trace_;
   sleep_catcher catcher_;
   reentering_integration host_;
   mutable integration_clock clock_;
