@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -148,7 +149,9 @@ checked_trace check_structure(const std::string& text) {
     }
     const double ts = number(e.at("ts"));
     // Time-ordered per thread.
-    if (last_ts.count(tid)) EXPECT_LE(last_ts[tid], ts + 1e-3) << e.dump();
+    if (last_ts.count(tid)) {
+      EXPECT_LE(last_ts[tid], ts + 1e-3) << e.dump();
+    }
     last_ts[tid] = ts;
     const std::string name = e.at("name");
     seen.names[name.substr(0, name.find(' '))]++;
@@ -267,10 +270,14 @@ TEST(TraceExport, ExportWhileTwoWorkersRecord) {
   options.diagnostics.trace_events_per_executor = 256;
   spindle::runtime rt(options);
   std::atomic<bool> done{false};
+  std::uint64_t overwritten = 0;  // the reader's: read after join
   std::thread reader([&] {
     int exports = 0;
     while (!done.load() || exports < 3) {
-      check_structure(spindle::diagnostics::trace_json(registry_of(rt), 0ms));
+      const std::string text = spindle::diagnostics::trace_json(registry_of(rt), 0ms);
+      check_structure(text);
+      overwritten = std::max<std::uint64_t>(
+          overwritten, json::parse(text).at("otherData").at("events_overwritten").get<std::uint64_t>());
       ++exports;
     }
   });
@@ -291,6 +298,7 @@ TEST(TraceExport, ExportWhileTwoWorkersRecord) {
   }
   done.store(true);
   reader.join();
+  EXPECT_GT(overwritten, 0u);  // the small rings wrapped while being read
 }
 
 }  // namespace
