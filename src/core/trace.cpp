@@ -23,7 +23,7 @@ namespace {
 bool detect_invariant_tsc() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000007u) return false;
+  if (unsigned(__get_cpuid_max(0x80000000u, nullptr)) < 0x80000007u) return false;
   __cpuid(0x80000007u, a, b, c, d);
   return (d & (1u << 8)) != 0;  // "Invariant TSC": constant rate, runs in every C-state
 #else
