@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/core/trace.hpp"
 
 namespace spindle {
 
@@ -121,6 +122,7 @@ send_result push_message(actor_cell& cell, envelope* message) noexcept {
       return send_result::mailbox_full;
     }
   }
+  core::trace_event(core::trace_kind::actor_send, cell.id, core::trace_ref(message));
   if (!push_envelope(cell, message)) {
     if (cell.capacity != 0) cell.queued.fetch_sub(1, std::memory_order_relaxed);
     message->destroy(message);  // invariant X: the sender destroys what it could not queue

@@ -268,6 +268,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       cell->queued.fetch_sub(1, std::memory_order_relaxed);
     }
 
+    core::trace_event(core::trace_kind::actor_receive, cell->id, core::trace_ref(message));
     bool crashed = false;
     exit_reason crash;
     try {

@@ -319,6 +319,7 @@ runnable* executor::steal_round() noexcept {
       // From an executor inside a long runnable, everything: its newest item would otherwise
       // wait for the runnable to return (executor-loop.md, "stuck owners").
       if (runnable* r = other.local().steal_into(local_, other.in_long_runnable())) {
+        trace_event(trace_kind::steal, victim);
         // relaxed: single writer (this thread); readers sample.
         stats_.steals.store(stats_.steals.load(std::memory_order_relaxed) + 1,
                             std::memory_order_relaxed);
@@ -755,7 +756,9 @@ void executor::park() noexcept {
                            (parked_at - awake_since_owner_ns_),
                        std::memory_order_relaxed);
   awake_since_ns_.store(0, std::memory_order_relaxed);
+  trace_event(trace_kind::park, index_);
   reactor_->wait(timeout);
+  trace_event(trace_kind::unpark, index_);
   awake_since_owner_ns_ = monotonic_nanoseconds();
   if (may_trim && awake_since_owner_ns_ - parked_at >= std::uint64_t(idle_trim.count())) {
     // Idle for the whole trim period: this thread's private cache goes back to malloc.
@@ -784,6 +787,7 @@ void executor::park() noexcept {
 
 void executor::run_loop() noexcept {
   current_executor = this;
+  trace_attach_thread(core_.trace(), *this, index_);
   reactor_->attach_owner();
   if (const int signal_number = core_.options().ping_signal; signal_number != 0) {
     // The worker inherited its creator's signal mask; the ping signal is ours to take.
@@ -836,6 +840,7 @@ void executor::run_loop() noexcept {
   request_ping(0);
   reactor_->drain();  // shutdown step 4 (runtime_core.hpp), on the reactor's owner thread
   current_executor = nullptr;
+  trace_detach_thread();
   current_slice_clock = slice_clock{};
 }
 

@@ -9,6 +9,7 @@
 
 #include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/reactor.hpp"
+#include "spindle/core/trace.hpp"
 
 namespace spindle::core {
 
@@ -104,6 +105,7 @@ using operation_fifo = intrusive_fifo<io_operation, &io_operation::next_waiting>
 
 // Delivers a final result (R1): the fault hook may rewrite it, then the submitter gets it back.
 inline void complete(io_operation* op, io_fault_hook hook) noexcept {
+  trace_event(trace_kind::io_complete, std::uint64_t(op->fd), trace_ref(op), std::uint32_t(op->result));
   if (hook != nullptr) hook(op);
   op->on_complete(op);
 }

@@ -184,6 +184,8 @@ class epoll_reactor final : public reactor {
   io_backend backend() const noexcept override { return io_backend::epoll; }
 
   void submit(io_operation* operation) noexcept override {
+    trace_event(trace_kind::io_submit, std::uint64_t(operation->fd), trace_ref(operation),
+                std::uint32_t(operation->opcode));
     operation->result = 0;  // ours until the callback (connect_started lives here)
     in_flight_.insert(operation);
     count_submitted();

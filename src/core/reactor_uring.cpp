@@ -121,6 +121,8 @@ class uring_reactor final : public reactor {
   }
 
   void submit(io_operation* operation) noexcept override {
+    trace_event(trace_kind::io_submit, std::uint64_t(operation->fd), trace_ref(operation),
+                std::uint32_t(operation->opcode));
     io_uring_sqe* sqe = next_sqe(io_sq_point::operation_sqe);
     prepare(sqe, operation);
     io_uring_sqe_set_data64(sqe, reinterpret_cast<std::uintptr_t>(operation));

@@ -131,6 +131,7 @@ void worker_thread::detach() noexcept {
 
 runtime_core::runtime_core(runtime_options options)
     : options_(validated(std::move(options))),
+      trace_(std::make_shared<trace_recorder>(options_.max_executors, options_.diagnostics)),
       clock_(options_.clock != nullptr ? options_.clock : &steady_clock_source::instance()),
       topology_(options_.topology != nullptr ? options_.topology : &machine_topology::discover()),
       affinity_planner_(*topology_, options_.affinity),
@@ -160,6 +161,7 @@ runtime_core::~runtime_core() {
   // The last reference may be dropped by a worker of a detached shutdown; nothing to join then.
   shutdown();
   clock_->unsubscribe(this);
+  trace_->set_enabled(false);  // a reader may keep the recorder: it stops counting as active
 }
 
 void runtime_core::start(std::shared_ptr<runtime_core> self) {

@@ -1,6 +1,7 @@
 // The hierarchical timing wheel and the timer service; the design is described in
 // include/spindle/core/timer_wheel.hpp and docs/design/timers.md.
 #include "spindle/core/timer_wheel.hpp"
+#include "spindle/core/trace.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -222,7 +223,10 @@ std::size_t timer_service::fire_due() noexcept {
   const clock_time now = clock_.now();
   std::lock_guard lock(mutex_);
   // Fired under the lock, so that disarm() returning false means the callback has completed.
-  return wheel_.expire(now, [](timer_entry& entry) noexcept { entry.fire_(&entry); });
+  return wheel_.expire(now, [](timer_entry& entry) noexcept {
+    trace_event(trace_kind::timer_fire, 0, trace_ref(&entry));
+    entry.fire_(&entry);
+  });
 }
 
 std::optional<clock_time> timer_service::next_deadline() const noexcept {

@@ -76,4 +76,14 @@ void registry::write_metrics(std::string& out) const {
   }
 }
 
+void registry::set_trace_source(std::shared_ptr<core::trace_recorder> recorder) {
+  std::lock_guard lock(mutex_);
+  trace_source_ = std::move(recorder);
+}
+
+std::shared_ptr<core::trace_recorder> registry::trace_source() const {
+  std::lock_guard lock(mutex_);
+  return trace_source_;
+}
+
 }  // namespace spindle::diagnostics

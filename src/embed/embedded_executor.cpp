@@ -48,6 +48,10 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
   task_host::warnings.configure(options_.diagnostics);
   metrics_ = diagnostics_registry.add_metrics([this](std::string& out) { write_metrics(out); });
+  trace_ = std::make_shared<core::trace_recorder>(1, options_.diagnostics);
+  trace_->set_thread_label("embedded executor");
+  trace_->attach(nullptr, 0);
+  diagnostics_registry.set_trace_source(trace_);
   core::add_frame_cache_share(options_.frame_cache_bytes);
   // The live view (task/live_view.hpp); it never throws: nothing below throws.
   live_view = ::spindle::detail::start_live_view(*this, nullptr, options_.diagnostics,
@@ -144,6 +148,7 @@ void embedded_executor::tick() {
   struct leave_tick {
     ~leave_tick() { ticking_here = nullptr; }
   } leave;
+  core::trace_thread_scope traced(*trace_);  // this tick's events go to the executor's ring
   host_.begin_tick();
   ++statistics_.ticks;
   // The time budget is real time (the steady clock), read only when the host set one.

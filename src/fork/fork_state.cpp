@@ -113,6 +113,7 @@ promotion promote_frames(fork_thread_state* state, latent_frame** top) noexcept 
     // release (signal fence): the work's fields before `published` (read by the owner).
     std::atomic_signal_fence(std::memory_order_release);
     frame->published.store(work, std::memory_order_relaxed);  // relaxed: see "Pings"
+    core::trace_event(core::trace_kind::fork_promote, self.index(), core::trace_ref(work));
     bump(counters.promoted);
     core::metrics::record_fork_promotion(self);
     ++result.published;
@@ -358,6 +359,7 @@ void wait_for_merge(fork_thread_state* state, delegated_work* work) noexcept {
 void begin_delegate(delegated_work* work) noexcept {
   fork_thread_state* state = thread_state();
   const std::uint32_t thief = state->executor != nullptr ? state->executor->index() : no_thief;
+  core::trace_event(core::trace_kind::fork_theft, thief, core::trace_ref(work));
   // relaxed: a hint for the owner's helping (see find_published_work). A piece that ended a
   // slice and runs again was delegated once: counted at its first run only.
   if (work->thief.exchange(thief, std::memory_order_relaxed) == no_thief) {
@@ -369,6 +371,7 @@ void begin_delegate(delegated_work* work) noexcept {
 void finish_delegate(delegated_work* work) noexcept {
   // Read before the release: after it the owner may pop the frame that holds `work`.
   core::park_driver* owner = work->owner_parker;
+  core::trace_event(core::trace_kind::fork_merge, 0, core::trace_ref(work));
   // release: publishes the result and error written before (M).
   work->unmerged.store(0, std::memory_order_release);
   owner->unpark();

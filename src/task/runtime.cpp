@@ -82,6 +82,7 @@ runtime::runtime(runtime_options options) {
   auto core = std::make_shared<core::runtime_core>(std::move(options));
   state_ = std::make_shared<detail::runtime_state>(core->options().max_executors);
   state_->core = core;
+  state_->diagnostics_registry.set_trace_source(core->trace_shared());  // G3: trace_json
   core->set_layer_state(state_.get());
   // Warnings (G4): the monitor watches the executors; a stall names its task through the table.
   connect_warnings(*state_, *core);

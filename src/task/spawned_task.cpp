@@ -42,7 +42,9 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
   current_task = t;
   refill_cooperative_budget();
+  core::trace_event(core::trace_kind::poll_start, t->trace_id());
   run_trampoline(t->resume_point_);
+  core::trace_event(core::trace_kind::poll_end, 0);  // ends this thread's innermost poll
   // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
   current_task = outer;
 }
@@ -164,6 +166,7 @@ bool spawned_task_base::withdraw_joiner() noexcept {
 }
 
 void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
+  core::trace_event(core::trace_kind::task_end, trace_id(), 0, std::uint32_t(outcome));
   outcome_ = outcome;
   if (table_ != nullptr) {
     table_->erase(id_, host_->table_shard());

@@ -85,6 +85,7 @@
 #include "spindle/core/diagnostics_options.hpp"
 #include "spindle/core/runtime_monitor.hpp"
 #include "spindle/core/topology.hpp"
+#include "spindle/core/trace.hpp"
 
 namespace spindle::core {
 
@@ -240,6 +241,10 @@ class runtime_core final : public scheduler {
   bool steals_nearest_first() const noexcept { return steals_nearest_first_; }
 
   const runtime_options& options() const noexcept { return options_; }
+  // Tracing (trace.hpp): the executors' rings. Shared so that a diagnostics reader that holds it
+  // (diagnostics::registry's trace source) may outlive the core.
+  trace_recorder& trace() const noexcept { return *trace_; }
+  const std::shared_ptr<trace_recorder>& trace_shared() const noexcept { return trace_; }
   spindle::clock& clock() const noexcept { return *clock_; }
   injector& global_injector() noexcept { return injector_; }
   bool stopping() const noexcept {
@@ -344,6 +349,7 @@ class runtime_core final : public scheduler {
   void worker_exited() noexcept;
 
   runtime_options options_;
+  std::shared_ptr<trace_recorder> trace_;
   spindle::clock* clock_;
   const machine_topology* topology_;
   affinity_planner affinity_planner_;  // guarded by registry_mutex_

@@ -22,11 +22,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "spindle/diagnostics/json_writer.hpp"
+
+namespace spindle::core {
+class trace_recorder;
+}
 
 namespace spindle::diagnostics {
 
@@ -70,6 +75,13 @@ class registry {
   // Appends every metrics writer's lines.
   void write_metrics(std::string& out) const;
 
+  // G3 tracing: the recorder of the host's trace events (core/trace.hpp), read by
+  // diagnostics::trace_json and switched by diagnostics::set_tracing (trace_export.hpp). Set by
+  // the host when it is built; null where the host records no trace. Shared: a reader holding it
+  // may outlive the host's core.
+  void set_trace_source(std::shared_ptr<core::trace_recorder> recorder);
+  std::shared_ptr<core::trace_recorder> trace_source() const;
+
  private:
   struct entry {
     std::uint64_t id;
@@ -82,6 +94,7 @@ class registry {
   mutable std::mutex mutex_;
   std::vector<entry> entries_;  // guarded by mutex_
   std::uint64_t next_id_ = 1;   // guarded by mutex_
+  std::shared_ptr<core::trace_recorder> trace_source_;  // guarded by mutex_
 };
 
 }  // namespace spindle::diagnostics

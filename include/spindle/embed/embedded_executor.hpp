@@ -81,6 +81,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -90,6 +91,7 @@
 #include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/outside_gate.hpp"
 #include "spindle/core/timer_wheel.hpp"
+#include "spindle/core/trace.hpp"
 #include "spindle/embed/integration.hpp"
 #include "spindle/task/join_handle.hpp"
 #include "spindle/task/runtime.hpp"
@@ -187,8 +189,10 @@ class embedded_executor final : private ::spindle::detail::task_host {
   // The TCP port of this executor's live view (embedded_options::diagnostics or
   // SPINDLE_DIAGNOSTICS), 0 when none is serving. Any thread.
   std::uint16_t diagnostics_port() const noexcept;
-  // The diagnostics registry of this executor (diagnostics/registry.hpp): what
-  // diagnostics::metrics_text and the snapshot read, from any thread.
+  // What this executor hands its diagnostics readers (diagnostics/registry.hpp):
+  // diagnostics::metrics_text, diagnostics::snapshot_json, diagnostics::set_tracing(ex.diagnostics(),
+  // true), diagnostics::trace_json(ex.diagnostics(), ms). Any thread.
+  spindle::diagnostics::registry& diagnostics() noexcept { return diagnostics_registry; }
   const spindle::diagnostics::registry& diagnostics() const noexcept {
     return diagnostics_registry;
   }
@@ -240,6 +244,9 @@ class embedded_executor final : private ::spindle::detail::task_host {
   void drain_for_shutdown() noexcept;
 
   embedded_options options_;
+  // G3 tracing (core/trace.hpp): one ring, recorded into by whichever thread ticks; the
+  // registry's trace source (diagnostics::trace_json, set_tracing). Off until switched on.
+  std::shared_ptr<core::trace_recorder> trace_;
   sleep_catcher catcher_;
   reentering_integration host_;
   mutable integration_clock clock_;

@@ -51,6 +51,7 @@
 #include "spindle/core/clock.hpp"
 #include "spindle/core/metrics_points.hpp"
 #include "spindle/core/runnable.hpp"
+#include "spindle/core/trace.hpp"
 #include "spindle/task/cancellation.hpp"
 #include "spindle/task/task_host.hpp"
 #include "spindle/task/task_table.hpp"
@@ -119,7 +120,10 @@ class spawned_task_base : public core::runnable {
   // Called on resumption from a cancellable wait: clears `wait` under the lock.
   void clear_wait() noexcept;
   // Wakes the task (schedules it). Exactly once per suspension, by whoever won the wait.
-  void wake() noexcept { host_->schedule(this, core::schedule_hint::wake); }
+  void wake() noexcept {
+    core::trace_event(core::trace_kind::wake, trace_id());
+    host_->schedule(this, core::schedule_hint::wake);
+  }
   // Reschedules the running task behind other runnables (yield_now, cooperative budget).
   void yield_to_scheduler() noexcept { host_->schedule(this, core::schedule_hint::yield); }
   // What runs this task (the runtime or an embedded executor): its timers, clock, spawns.
@@ -144,10 +148,13 @@ class spawned_task_base : public core::runnable {
   void release() noexcept;
   outcome_kind outcome() const noexcept { return outcome_; }
   task_id id() const noexcept { return id_; }
+  // The id as trace events carry it (core/trace.hpp): serial << 32 | slot index.
+  std::uint64_t trace_id() const noexcept { return std::uint64_t(id_.serial) << 32 | id_.index; }
   // Occupies a slot in the host's table (before the task is first scheduled).
   void enter_table() {
     table_ = &host_->tasks;
     table_->insert(this, host_->table_shard(), id_);
+    core::trace_event(core::trace_kind::spawn, trace_id());
   }
 
   // --- used by the root coroutine's final suspend ------------------------------------------
