@@ -40,13 +40,33 @@ void registry::remove(std::uint64_t id) noexcept {
   std::erase_if(entries_, [id](const entry& e) { return e.id == id; });
 }
 
-void registry::write_snapshot_sections(json_writer& out) const {
+bool registry::write_snapshot_section(std::string_view name, json_writer& out) const {
+  std::lock_guard lock(mutex_);
+  std::size_t same_name = 0;
+  for (const entry& e : entries_) {
+    if (e.snapshot && e.name == name) ++same_name;
+  }
+  if (same_name == 0) return false;
+  if (same_name > 1) out.begin_array();
+  for (const entry& e : entries_) {
+    if (e.snapshot && e.name == name) e.snapshot(out);
+  }
+  if (same_name > 1) out.end_array();
+  return true;
+}
+
+void registry::write_snapshot_sections(json_writer& out,
+                                       std::initializer_list<std::string_view> except) const {
   std::lock_guard lock(mutex_);
   out.begin_object();
   // Sections sharing a name are gathered in an array under it, in registration order.
   std::vector<bool> written(entries_.size(), false);
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     if (!entries_[i].snapshot || written[i]) continue;
+    if (std::find(except.begin(), except.end(), std::string_view(entries_[i].name)) !=
+        except.end()) {
+      continue;
+    }
     std::size_t same_name = 0;
     for (std::size_t j = i; j < entries_.size(); ++j) {
       if (entries_[j].snapshot && entries_[j].name == entries_[i].name) ++same_name;

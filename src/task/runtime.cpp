@@ -1,6 +1,8 @@
 // The task layer's runtime: the task table, spawn entry points, shutdown step 5.
 #include "spindle/task/runtime.hpp"
 
+#include "spindle/task/snapshot.hpp"
+
 #include "spindle/core/executor.hpp"
 #include "spindle/core/frame_allocator.hpp"
 
@@ -67,6 +69,9 @@ runtime::runtime(runtime_options options) {
     keep->abandon_all();
     keep->stop_extensions();
   });
+  state_->executors_section =
+      detail::register_executors_section(state_->diagnostics_registry, *core);
+  state_->tasks_section = detail::register_tasks_section(state_->diagnostics_registry, state_->tasks);
   core->start(core);
 }
 

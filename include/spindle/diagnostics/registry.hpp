@@ -22,8 +22,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "spindle/diagnostics/json_writer.hpp"
@@ -65,8 +67,13 @@ class registry {
   [[nodiscard]] registration add_snapshot_section(std::string name, snapshot_writer writer);
   [[nodiscard]] registration add_metrics(metrics_writer writer);
 
-  // Writes {"name": value, ...} for every snapshot section.
-  void write_snapshot_sections(json_writer& out) const;
+  // Writes {"name": value, ...} for every snapshot section, leaving out those named in `except`
+  // (snapshot_json puts "executors" and "tasks" at its top level).
+  void write_snapshot_sections(json_writer& out,
+                               std::initializer_list<std::string_view> except = {}) const;
+  // Writes the value of the section(s) called `name` (as write_snapshot_sections would under
+  // that key); false, writing nothing, when there is none.
+  bool write_snapshot_section(std::string_view name, json_writer& out) const;
   // Appends every metrics writer's lines.
   void write_metrics(std::string& out) const;
 

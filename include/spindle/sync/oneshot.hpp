@@ -58,6 +58,8 @@ struct oneshot_state {
   std::condition_variable thread_wakeup;  // blocking_receive waits here
   phase_kind phase = phase_kind::empty;   // under lock
   std::optional<T> value;                 // under lock
+  // The snapshot's name for it ("channel#5"): taken on the first wait (task_record.hpp).
+  lazy_object_id diagnostic_id;
   wait_queue waiters;                     // under lock: at most one receiving task
   std::atomic<int> references{2};
 
@@ -144,6 +146,7 @@ class oneshot_receiver {
     }
     bool await_suspend(std::coroutine_handle<> h) {
       return suspend_on(h, state_.lock, state_.waiters,
+                        {wait_kind::oneshot, state_.diagnostic_id.get()},
                         [this](detail::wake_list&) { return ready(); });
     }
     T await_resume() {
