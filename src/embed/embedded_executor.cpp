@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <span>
 
 #include "spindle/core/errors.hpp"
 #include "spindle/core/frame_allocator.hpp"
+#include "spindle/diagnostics/snapshot.hpp"
 
 namespace spindle::embed {
 namespace {
@@ -43,7 +45,28 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   options_.tasks_per_tick = std::max<std::uint32_t>(options_.tasks_per_tick, 1);
   options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
   options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
+  tasks_section_ = ::spindle::detail::register_tasks_section(task_host::diagnostics_registry, tasks);
+  executors_section_ = task_host::diagnostics_registry.add_snapshot_section(
+      "executors", [](spindle::diagnostics::json_writer& out) {
+        // Its counters belong to the ticking thread (statistics()): only what it is.
+        out.begin_array().begin_object();
+        out.member("index", 0).member("kind", "embedded");
+        out.end_object().end_array();
+      });
   core::add_frame_cache_share(options_.frame_cache_bytes);  // last: nothing below throws
+}
+
+std::size_t embedded_executor::snapshot(std::span<task_info> storage) const noexcept {
+  std::size_t stored = 0;
+  const std::size_t found =
+      ::spindle::detail::for_each_task_record(tasks, [&](const task_info& t) {
+        if (stored < storage.size()) storage[stored++] = t;
+      });
+  return found;
+}
+
+std::string embedded_executor::snapshot_json() const {
+  return spindle::diagnostics::snapshot_json(task_host::diagnostics_registry);
 }
 
 embedded_executor::~embedded_executor() {

@@ -93,7 +93,11 @@ void write_task_json(diagnostics::json_writer& out, const task_info& t) {
   } else {
     out.key("parent").null();
   }
-  out.member("executor", unsigned(t.executor));
+  if (t.executor != no_executor) {
+    out.member("executor", unsigned(t.executor));
+  } else {
+    out.key("executor").null();
+  }
   out.member("state", to_string(t.state));
   if (t.state == task_state::suspended) {
     char what[96];

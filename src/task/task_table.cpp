@@ -63,7 +63,7 @@ task_record& task_table::insert(spawned_task_base* t, std::int32_t executor_inde
   // release: a snapshot reader that sees one of the record's new values also sees the serial's
   // advance (or `task` cleared) by the erase that freed the slot ("Records").
   std::atomic_thread_fence(std::memory_order_release);
-  s.record.start(where, parent, std::uint16_t(shard), record_now_ns());
+  s.record.start(where, parent, foreign ? no_executor : std::uint16_t(shard), record_now_ns());
   // release: the task's id and table pointer are visible to whoever finds it here (header),
   // and the record's start to a reader that acquires `task`.
   s.task.store(t, std::memory_order_release);

@@ -81,6 +81,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -96,6 +97,7 @@
 #include "spindle/task/task.hpp"
 #include "spindle/task/task_host.hpp"
 #include "spindle/task/task_slot.hpp"
+#include "spindle/task/snapshot.hpp"
 
 namespace spindle::embed {
 
@@ -190,6 +192,17 @@ class embedded_executor final : private ::spindle::detail::task_host {
   // The executor whose tick is running on this thread (null outside ticks).
   static embedded_executor* current() noexcept;
 
+  // Diagnostics (SPEC G1; task/snapshot.hpp). Any thread, inside a tick or not: copies the
+  // records of up to storage.size() live tasks into `storage` without allocating or locking
+  // (a scan of the task table's slots), and returns how many live tasks it found (more than
+  // storage.size() when the storage was too small: the rest were left out).
+  std::size_t snapshot(std::span<task_info> storage) const noexcept;
+  // The same as JSON with every contributor's section (allocates: not for a tick's budget).
+  std::string snapshot_json() const;
+  spindle::diagnostics::registry& diagnostics_registry() noexcept {
+    return task_host::diagnostics_registry;
+  }
+
  private:
   // An owner-only list of runnables linked through runnable::next (core/intrusive_list.hpp).
   using runnable_list = core::intrusive_fifo<core::runnable, &core::runnable::next>;
@@ -243,6 +256,9 @@ class embedded_executor final : private ::spindle::detail::task_host {
   embedded_statistics statistics_;
   void (*phase_observer_)(void*, phase) = nullptr;
   void* phase_context_ = nullptr;
+  // The snapshot's sections (last: dropped first, waiting for a reader in progress).
+  spindle::diagnostics::registry::registration executors_section_;
+  spindle::diagnostics::registry::registration tasks_section_;
 };
 
 }  // namespace spindle::embed

@@ -78,6 +78,9 @@ struct task_id {
   friend bool operator==(const task_id&, const task_id&) = default;
 };
 
+// task_info::executor of a task spawned from outside the host's threads and not polled yet.
+inline constexpr std::uint16_t no_executor = 0xFFFF;
+
 // The largest task name a record keeps (longer names are cut at a character boundary).
 inline constexpr std::size_t task_name_capacity = 47;
 
@@ -238,7 +241,9 @@ struct task_info {
   std::uint32_t line = 0;
   bool has_parent = false;
   task_id parent;  // the task that spawned it, if has_parent
-  std::uint16_t executor = 0;  // executor that last polled it (its table shard before the first)
+  // The executor that last polled it; before its first poll, the one whose thread spawned it,
+  // or no_executor when spawned from another thread.
+  std::uint16_t executor = no_executor;
   task_state state = task_state::scheduled;
   wait_descriptor waiting_on;  // meaningful while suspended (kind none otherwise)
   // G4: suspended with a registration someone will wake (false: suspended on an awaitable that
