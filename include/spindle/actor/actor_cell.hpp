@@ -208,6 +208,21 @@ struct actor_cell {
   // Charged by the running handler beyond the one reduction per message (actor_context).
   std::uint32_t extra_charge = 0;
 
+  // --- diagnostics (SPEC G1; actor_scheduler.hpp, "Diagnostics"): read by snapshots on any
+  // thread, while the cell is in its system's directory ---------------------------------------
+  std::string name;  // spawn_options::name: written before the actor is published, then constant
+  // User messages pushed (senders; relaxed RMW on the line the push's CAS already owns) and
+  // handled (owner): the mailbox length is their difference.
+  std::atomic<std::uint64_t> messages_received{0};
+  std::atomic<std::uint64_t> messages_handled{0};
+  std::atomic<std::uint64_t> reductions_used{0};       // owner, added at the end of each run
+  std::atomic<std::uint32_t> mailbox_high_water{0};    // owner, sampled when it takes its mailbox
+  std::atomic<actor_id> supervisor{0};                 // set by the supervisor that started it
+  std::atomic<std::uint32_t> restarts{0};              // that child's starts before this one
+  actor_cell* directory_previous = nullptr;  // links in the system's directory (its lock)
+  actor_cell* directory_next = nullptr;
+  bool listed = false;                       // under the directory lock
+
   void add_reference() noexcept {
     references.fetch_add(1, std::memory_order_relaxed);  // relaxed: the caller already holds one
   }
