@@ -61,6 +61,8 @@ void dispatcher_shared::start() {
     host_entry entry(*runtime_);  // as for any spawn from outside (task/runtime.hpp)
     if (entry.refused()) throw runtime_stopped();
     auto* spawned = prepare_spawn(*runtime_, std::move(body));
+    spawned->set_name(options.name.empty() ? std::string_view("dispatcher worker")
+                                           : std::string_view(options.name));
     runtime_->core->schedule_on(executor % executors, spawned);
     join_handle<void>(spawned).detach();
   };
@@ -105,6 +107,22 @@ void dispatcher_shared::on_finished(submission_base* s) noexcept {
   shards_[s->shard]->unlink_live(s);
   // acq_rel: a closer that sees zero sees every completion before it.
   if (outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding.notify_all();
+}
+
+void dispatcher_shared::write_diagnostics(diagnostics::json_writer& out) const {
+  std::uint64_t queued = run_queue_.size();
+  for (const auto& shard : shards_) queued += shard->size();
+  // relaxed: a sample for a person.
+  const std::uint64_t outstanding_now = outstanding.load(std::memory_order_relaxed);
+  out.begin_object();
+  out.member("name", options.name);
+  out.member("mode", to_string(options.mode));
+  out.member("queues", std::uint64_t(shards_.size()));
+  out.member("outstanding", outstanding_now);
+  out.member("queued", queued);
+  out.member("running", outstanding_now > queued ? outstanding_now - queued : 0);
+  out.member("closing", closing_.load(std::memory_order_relaxed));
+  out.end_object();
 }
 
 void dispatcher_shared::report_unobserved(std::exception_ptr error) noexcept {
@@ -330,6 +348,9 @@ dispatcher::dispatcher(runtime& rt, dispatcher_options options) {
   if (rt.state_->core->stopping()) throw runtime_stopped();
   shared_ = std::make_shared<detail::dispatcher_shared>(rt.state_, options);
   shared_->start();
+  diagnostics_item_ = rt.state_->diagnostics_registry.add_snapshot_item(
+      "dispatchers",
+      [shared = shared_.get()](diagnostics::json_writer& out) { shared->write_diagnostics(out); });
 }
 
 dispatcher::~dispatcher() { close(); }

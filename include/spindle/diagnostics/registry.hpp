@@ -65,6 +65,9 @@ class registry {
   // `name` becomes the member's key in the snapshot's "sections" object; several contributors
   // may use the same name (their values are then gathered in an array under it).
   [[nodiscard]] registration add_snapshot_section(std::string name, snapshot_writer writer);
+  // One element of the array section `name` (several contributors of one kind, each
+  // dispatcher say): the section is an array even with a single element.
+  [[nodiscard]] registration add_snapshot_item(std::string name, snapshot_writer writer);
   [[nodiscard]] registration add_metrics(metrics_writer writer);
 
   // Writes {"name": value, ...} for every snapshot section, leaving out those named in `except`
@@ -83,6 +86,7 @@ class registry {
     std::string name;  // empty for metrics writers
     snapshot_writer snapshot;
     metrics_writer metrics;
+    bool item = false;  // add_snapshot_item: always inside an array
   };
   void remove(std::uint64_t id) noexcept;
 
