@@ -82,10 +82,11 @@ void write_task_json(diagnostics::json_writer& out, const task_info& t) {
   std::snprintf(id, sizeof id, "%u.%u", t.id.index, t.id.serial);
   out.member("id", std::string_view(id));
   out.member("name", std::string_view(t.name));
+  // The function's name (a long signature) stays in the structured API: it would double the
+  // document's size.
   out.key("location").begin_object();
   out.member("file", t.file != nullptr ? t.file : "");
   out.member("line", t.line);
-  out.member("function", t.function != nullptr ? t.function : "");
   out.end_object();
   if (t.has_parent) {
     std::snprintf(id, sizeof id, "%u.%u", t.parent.index, t.parent.serial);
