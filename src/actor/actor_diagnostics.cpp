@@ -55,8 +55,19 @@ actor_info describe(const actor_cell& cell) {
   info.state = cell.state.load(relaxed);
   info.executor = cell.home.load(relaxed);
   const std::uint64_t handled = cell.messages_handled.load(relaxed);
-  const std::uint64_t received = cell.messages_received.load(relaxed);
-  info.mailbox_length = received > handled ? received - handled : 0;
+  const actor_detail::envelope* head = cell.mailbox.load(relaxed);  // compared, never followed
+  info.more_waiting = head != nullptr && head != actor_detail::closed_mailbox;
+  if (cell.capacity != 0) {
+    info.mailbox_length = cell.queued.load(relaxed);  // bounded: the sends count themselves
+    info.mailbox_length_exact = true;
+  } else if (cell.counts_pushes) {
+    const std::uint64_t received = cell.messages_received.load(relaxed);
+    info.mailbox_length = received > handled ? received - handled : 0;
+    info.mailbox_length_exact = true;
+  } else {
+    const std::uint64_t taken = cell.messages_taken.load(relaxed);
+    info.mailbox_length = taken > handled ? taken - handled : 0;
+  }
   info.mailbox_high_water = std::max<std::uint32_t>(
       cell.mailbox_high_water.load(relaxed),
       std::uint32_t(std::min<std::uint64_t>(info.mailbox_length, UINT32_MAX)));
@@ -75,6 +86,8 @@ void write_actor(diagnostics::json_writer& out, const actor_info& a) {
   out.member("state", to_string(a.state));
   out.member("executor", a.executor);
   out.member("mailbox_length", a.mailbox_length);
+  out.member("mailbox_length_exact", a.mailbox_length_exact);
+  out.member("more_waiting", a.more_waiting);
   out.member("mailbox_high_water", a.mailbox_high_water);
   out.member("mailbox_capacity", a.mailbox_capacity);
   out.member("messages_handled", a.messages_handled);

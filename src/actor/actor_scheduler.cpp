@@ -25,8 +25,12 @@ namespace {
 // (`handled_this_run`: user messages handled in the current run, not yet published), and
 // publishes what a run handled and used when it ends. relaxed, all: single writer (the owner)
 // or a count, read by snapshots that want each value whole, not a consistent set.
-void note_mailbox_length(actor_cell* cell, std::uint64_t handled_this_run) noexcept {
-  const std::uint64_t received = cell->messages_received.load(std::memory_order_relaxed);
+void note_mailbox_length(actor_cell* cell, std::uint64_t taken_now,
+                         std::uint64_t handled_this_run) noexcept {
+  const std::uint64_t taken = cell->messages_taken.load(std::memory_order_relaxed) + taken_now;
+  cell->messages_taken.store(taken, std::memory_order_relaxed);
+  const std::uint64_t received =
+      cell->counts_pushes ? cell->messages_received.load(std::memory_order_relaxed) : taken;
   const std::uint64_t handled =
       cell->messages_handled.load(std::memory_order_relaxed) + handled_this_run;
   const std::uint64_t length = received > handled ? received - handled : 0;
@@ -256,15 +260,17 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       envelope* newest = cell->mailbox.exchange(nullptr, std::memory_order_acquire);
       bool kill = false;
       envelope* oldest_first = nullptr;
+      std::uint64_t taken = 0;  // user messages (diagnostics)
       while (newest != nullptr) {
         envelope* next = newest->next;
         newest->next = oldest_first;
         oldest_first = newest;
         kill = kill || newest->kind == envelope_kind::kill;
+        taken += newest->kind == envelope_kind::user;
         newest = next;
       }
       cell->private_head = oldest_first;
-      note_mailbox_length(cell, user_handled);
+      note_mailbox_length(cell, taken, user_handled);
       if (kill) {
         halt(cell, exit_reason{exit_kind::killed, {}}, true);
         return;

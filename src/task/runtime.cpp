@@ -60,6 +60,7 @@ runtime::runtime(runtime_options options) {
   auto core = std::make_shared<core::runtime_core>(std::move(options));
   state_ = std::make_shared<detail::runtime_state>(core->options().max_executors);
   state_->core = core;
+  state_->record_clock = &core->coarse_clock();
   core->set_layer_state(state_.get());
   // Step 5 of shutdown (then the layers above tasks stop). The hook keeps the task state alive until the shutdown finished (workers
   // and tasks use it through raw pointers); the core drops the hook after running it, which

@@ -32,14 +32,16 @@ void spawned_task_base::enter_table(const std::source_location& where) {
   const spawned_task_base* parent = current_task;
   record_ = &table_->insert(this, host_->table_shard(), id_, where,
                             parent != nullptr ? pack_task_id(parent->id_.index, parent->id_.serial)
-                                              : no_parent);
+                                              : no_parent,
+                            record_now_ns(host_->record_clock));
 }
 
 void spawned_task_base::run_entry(core::runnable* self) noexcept {
   auto* t = static_cast<spawned_task_base*>(self);
   if (t->record_ != nullptr) {
     const core::executor* here = core::executor::current();
-    t->record_->on_poll_start(here != nullptr ? std::uint16_t(here->index()) : 0);
+    t->record_->on_poll_start(here != nullptr ? std::uint16_t(here->index()) : 0,
+                              record_now_ns(t->host_->record_clock));
   }
   if (!t->started_) {
     t->started_ = true;
@@ -178,7 +180,7 @@ bool spawned_task_base::withdraw_joiner() noexcept {
 void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
   outcome_ = outcome;
   if (table_ != nullptr) {
-    if (record_ != nullptr) record_->on_complete();
+    if (record_ != nullptr) record_->on_complete(record_now_ns(host_->record_clock));
     record_ = nullptr;  // the slot is another task's once erased
     table_->erase(id_, host_->table_shard());
     table_ = nullptr;
@@ -229,7 +231,8 @@ void spawned_task_base::on_root_finished(outcome_kind outcome) noexcept {
   }
   // T4: run the clean-ups first, shielded, then come back here (the runner's root is this task).
   extras_->finishing = outcome;
-  if (record_ != nullptr) record_->on_complete();  // "completing": the clean-ups run
+  // "completing": the clean-ups run.
+  if (record_ != nullptr) record_->on_complete(record_now_ns(host_->record_clock));
   // relaxed: no wait is registered while the task runs, so no canceller acts on the bit before
   // our next registration, which takes the lock (S3).
   flags_.fetch_or(shielded, std::memory_order_relaxed);

@@ -48,7 +48,8 @@ std::uint32_t task_table::allocate_slot(std::uint32_t shard) {
 }
 
 task_record& task_table::insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
-                                const std::source_location& where, std::uint64_t parent) {
+                                const std::source_location& where, std::uint64_t parent,
+                                std::uint64_t now_ns) {
   const bool foreign = executor_index < 0 || std::uint32_t(executor_index) >= executors_;
   const std::uint32_t shard = foreign ? executors_ : std::uint32_t(executor_index);
   std::uint32_t index;
@@ -63,7 +64,7 @@ task_record& task_table::insert(spawned_task_base* t, std::int32_t executor_inde
   // release: a snapshot reader that sees one of the record's new values also sees the serial's
   // advance (or `task` cleared) by the erase that freed the slot ("Records").
   std::atomic_thread_fence(std::memory_order_release);
-  s.record.start(where, parent, foreign ? no_executor : std::uint16_t(shard), record_now_ns());
+  s.record.start(where, parent, foreign ? no_executor : std::uint16_t(shard), now_ns);
   // release: the task's id and table pointer are visible to whoever finds it here (header),
   // and the record's start to a reader that acquires `task`.
   s.task.store(t, std::memory_order_release);
@@ -89,7 +90,8 @@ bool task_table::read_record(std::uint32_t index, task_info& out, std::uint64_t 
   out.parent = {std::uint32_t(parent >> 32), std::uint32_t(parent)};
   out.executor = r.executor.load(relaxed);
   out.state = task_state(r.state.load(relaxed));
-  out.waker_registered = r.waker_registered.load(relaxed) != 0;
+  out.waker_registered =
+      out.state == task_state::suspended && r.waker_registered.load(relaxed) != 0;
   if (out.state == task_state::suspended) {
     out.waiting_on = {spindle::wait_kind(r.wait_kind.load(relaxed)), r.wait_object.load(relaxed),
                       r.wait_number.load(relaxed)};

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -30,16 +31,19 @@ struct gate_keeper {
   }
 };
 
-const spindle::actor_info* find_actor(const std::vector<spindle::actor_info>& actors,
-                                      std::string_view name) {
+// A copy: the snapshot is often a temporary.
+std::optional<spindle::actor_info> find_actor(const std::vector<spindle::actor_info>& actors,
+                                              std::string_view name) {
   for (const spindle::actor_info& a : actors) {
-    if (a.name == name) return &a;
+    if (a.name == name) return a;
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 TEST(SnapshotActors, AnActorBusyWithAMessageShowsItsMailboxFillingAndItsHighWaterMark) {
-  spindle::runtime rt(spindle::runtime_options{.workers = 2});
+  spindle::runtime_options runtime_options{.workers = 2};
+  runtime_options.diagnostics.exact_mailbox_lengths = true;
+  spindle::runtime rt(runtime_options);
   spindle::actor_system& actors = spindle::actors_of(rt);
   std::atomic<bool> release{false};
   spindle::spawn_options options;
@@ -47,17 +51,19 @@ TEST(SnapshotActors, AnActorBusyWithAMessageShowsItsMailboxFillingAndItsHighWate
   auto gate = spindle::spawn_actor<gate_keeper>(rt, options, &release);
   ASSERT_EQ(gate.send(0), spindle::send_result::queued);
   ASSERT_TRUE(eventually([&] {
-    const auto* a = find_actor(actors.snapshot(), "gate");
-    return a != nullptr && a->state == spindle::actor_state::running;
+    const auto a = find_actor(actors.snapshot(), "gate");
+    return a.has_value() && a->state == spindle::actor_state::running;
   }));
   for (int i = 0; i < 10; ++i) ASSERT_EQ(gate.send(i), spindle::send_result::queued);
   {
     const auto snap = actors.snapshot();
-    const spindle::actor_info* a = find_actor(snap, "gate");
-    ASSERT_NE(a, nullptr);
+    const std::optional<spindle::actor_info> a = find_actor(snap, "gate");
+    ASSERT_TRUE(a.has_value());
     // The ten queued, and the one being handled (counted once its run ends).
     EXPECT_GE(a->mailbox_length, 10u);
     EXPECT_LE(a->mailbox_length, 11u);
+    EXPECT_TRUE(a->mailbox_length_exact);
+    EXPECT_TRUE(a->more_waiting);
     EXPECT_EQ(a->id, gate.id());
     EXPECT_EQ(a->supervisor, 0u);
     const nlohmann::json doc = nlohmann::json::parse(rt.snapshot_json());
@@ -72,15 +78,63 @@ TEST(SnapshotActors, AnActorBusyWithAMessageShowsItsMailboxFillingAndItsHighWate
   }
   release.store(true);
   ASSERT_TRUE(eventually([&] {
-    const auto* a = find_actor(actors.snapshot(), "gate");
-    return a != nullptr && a->messages_handled == 11 && a->mailbox_length == 0;
+    const auto a = find_actor(actors.snapshot(), "gate");
+    return a.has_value() && a->messages_handled == 11 && a->mailbox_length == 0;
   }));
-  const spindle::actor_info* a = find_actor(actors.snapshot(), "gate");
-  ASSERT_NE(a, nullptr);
+  const std::optional<spindle::actor_info> a = find_actor(actors.snapshot(), "gate");
+  ASSERT_TRUE(a.has_value());
   EXPECT_GE(a->mailbox_high_water, 10u);
   EXPECT_GE(a->reductions, 11u);
   gate.stop();
-  ASSERT_TRUE(eventually([&] { return find_actor(actors.snapshot(), "gate") == nullptr; }));
+  ASSERT_TRUE(eventually([&] { return !find_actor(actors.snapshot(), "gate").has_value(); }));
+}
+
+// Without exact counts (the default): a bounded mailbox is still exact (its sends count
+// themselves); an unbounded one shows what the actor took and has not handled, and that more wait.
+TEST(SnapshotActors, WithoutExactCountsBoundedMailboxesAreExactAndUnboundedOnesSayMoreWait) {
+  spindle::runtime rt(spindle::runtime_options{.workers = 2});
+  spindle::actor_system& actors = spindle::actors_of(rt);
+  std::atomic<bool> release{false};
+  spindle::spawn_options bounded_options;
+  bounded_options.name = "bounded";
+  bounded_options.mailbox_capacity = 100;
+  // One per executor: each holds its worker while it handles its first message.
+  bounded_options.executor = 0;
+  bounded_options.pinned = true;
+  spindle::spawn_options unbounded_options;
+  unbounded_options.name = "unbounded";
+  unbounded_options.executor = 1;
+  unbounded_options.pinned = true;
+  auto bounded = spindle::spawn_actor<gate_keeper>(rt, bounded_options, &release);
+  auto unbounded = spindle::spawn_actor<gate_keeper>(rt, unbounded_options, &release);
+  ASSERT_EQ(bounded.send(0), spindle::send_result::queued);
+  ASSERT_EQ(unbounded.send(0), spindle::send_result::queued);
+  ASSERT_TRUE(eventually([&] {
+    const auto snap = actors.snapshot();
+    const auto b = find_actor(snap, "bounded");
+    const auto u = find_actor(snap, "unbounded");
+    return b && u && b->state == spindle::actor_state::running &&
+           u->state == spindle::actor_state::running;
+  }));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(bounded.send(i), spindle::send_result::queued);
+    ASSERT_EQ(unbounded.send(i), spindle::send_result::queued);
+  }
+  const auto snap = actors.snapshot();
+  const auto b = find_actor(snap, "bounded");
+  const auto u = find_actor(snap, "unbounded");
+  ASSERT_TRUE(b && u);
+  EXPECT_TRUE(b->mailbox_length_exact);
+  EXPECT_EQ(b->mailbox_length, 5u);
+  EXPECT_FALSE(u->mailbox_length_exact);
+  EXPECT_TRUE(u->more_waiting);
+  EXPECT_LE(u->mailbox_length, 1u);  // at most the one being handled
+  release.store(true);
+  ASSERT_TRUE(eventually([&] {
+    const auto s = actors.snapshot();
+    const auto x = find_actor(s, "unbounded");
+    return x && x->messages_handled == 6 && x->mailbox_length == 0 && !x->more_waiting;
+  }));
 }
 
 struct crashy {
@@ -110,7 +164,7 @@ TEST(SnapshotActors, TheSupervisionTreeShowsChildrenAndTheirRestartCounts) {
   auto sup = spindle::spawn_supervisor(rt, std::move(spec), options);
   ASSERT_TRUE(eventually([&] {
     const auto snap = actors.snapshot();
-    return find_actor(snap, "db") != nullptr && find_actor(snap, "cache") != nullptr;
+    return find_actor(snap, "db").has_value() && find_actor(snap, "cache").has_value();
   }));
   const spindle::actor_id first_db = find_actor(actors.snapshot(), "db")->id;
   spindle::actor_handle db = rt.block_on(sup.ask<spindle::actor_handle>(
@@ -120,12 +174,12 @@ TEST(SnapshotActors, TheSupervisionTreeShowsChildrenAndTheirRestartCounts) {
   ASSERT_EQ(db.id(), first_db);
   db.as<int>().send(-1);  // crashes: the supervisor restarts it
   ASSERT_TRUE(eventually([&] {
-    const auto* a = find_actor(actors.snapshot(), "db");
-    return a != nullptr && a->id != first_db;
+    const auto a = find_actor(actors.snapshot(), "db");
+    return a.has_value() && a->id != first_db;
   }));
   const auto snap = actors.snapshot();
-  const spindle::actor_info* restarted = find_actor(snap, "db");
-  ASSERT_NE(restarted, nullptr);
+  const std::optional<spindle::actor_info> restarted = find_actor(snap, "db");
+  ASSERT_TRUE(restarted.has_value());
   EXPECT_EQ(restarted->restarts, 1u);
   EXPECT_EQ(restarted->supervisor, sup.id());
   EXPECT_EQ(find_actor(snap, "cache")->restarts, 0u);

@@ -175,6 +175,11 @@ struct actor_cell {
   std::atomic<actor_state> state{actor_state::receiving};
   std::atomic<std::uint32_t> home;               // executor index; written by the owner
   std::atomic<envelope*> mailbox{nullptr};       // Treiber stack, newest first
+  // Diagnostics: user messages pushed, counted by senders when `counts_pushes`
+  // (diagnostics_options::exact_mailbox_lengths: a relaxed RMW next to the word the push's CAS
+  // already owns; the owner's diagnostics fields are below, away from this line).
+  std::atomic<std::uint64_t> messages_received{0};
+  bool counts_pushes = false;  // written before publication, then constant
   std::atomic<std::uint32_t> queued{0};          // bounded mailboxes only: messages not taken
   const std::uint32_t capacity;                  // 0: unbounded
   std::atomic<std::uint32_t> io_in_flight{0};    // > 0: never migrated (A5)
@@ -211,9 +216,9 @@ struct actor_cell {
   // --- diagnostics (SPEC G1; actor_scheduler.hpp, "Diagnostics"): read by snapshots on any
   // thread, while the cell is in its system's directory ---------------------------------------
   std::string name;  // spawn_options::name: written before the actor is published, then constant
-  // User messages pushed (senders; relaxed RMW on the line the push's CAS already owns) and
-  // handled (owner): the mailbox length is their difference.
-  std::atomic<std::uint64_t> messages_received{0};
+  // User messages taken out of the mailbox and handled (owner). The mailbox length is
+  // messages_received - handled when pushes are counted, else taken - handled (a lower bound).
+  std::atomic<std::uint64_t> messages_taken{0};
   std::atomic<std::uint64_t> messages_handled{0};
   std::atomic<std::uint64_t> reductions_used{0};       // owner, added at the end of each run
   std::atomic<std::uint32_t> mailbox_high_water{0};    // owner, sampled when it takes its mailbox

@@ -295,7 +295,12 @@ struct actor_info {
   std::string name;  // spawn_options::name (empty: unnamed)
   actor_state state = actor_state::receiving;
   std::uint32_t executor = 0;  // its home
-  std::uint64_t mailbox_length = 0;      // user messages queued and not yet handled
+  // User messages queued and not yet handled: exact for bounded mailboxes and with
+  // diagnostics_options::exact_mailbox_lengths; otherwise those the actor took out of its
+  // mailbox and has not handled yet (a lower bound), `more_waiting` telling whether others wait.
+  std::uint64_t mailbox_length = 0;
+  bool mailbox_length_exact = false;
+  bool more_waiting = false;
   std::uint32_t mailbox_high_water = 0;  // the longest its owner found it
   std::uint32_t mailbox_capacity = 0;    // 0: unbounded
   std::uint64_t messages_handled = 0;

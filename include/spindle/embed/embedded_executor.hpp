@@ -116,6 +116,11 @@ struct embedded_options {
   // cache"). The destructor gives the share back, and the destroying thread's private cache.
   // Clamped to core::max_frame_cache_bytes (1 TiB).
   std::size_t frame_cache_bytes = std::size_t(4) << 20;
+  // Diagnostics (task records' busy and scheduled times, SPEC G1): read the steady clock after
+  // every task run (about 20 ns each). Off: the records' clock advances at each execute phase
+  // (and after each run when time_per_tick is set, which reads the clock anyway), so a poll
+  // that starts and ends inside one phase reads as no time.
+  bool precise_task_times = false;
 };
 
 // Counters since construction. statistics() and has_ready_work() belong to the ticking thread
@@ -254,6 +259,12 @@ class embedded_executor final : private ::spindle::detail::task_host {
   std::atomic<bool> draining_{false};
   core::outside_gate outside_gate_;  // shutdown step 1
   embedded_statistics statistics_;
+  // The tasks' record clock (task_host::record_clock): written by the ticking thread, read by
+  // any (a waker, a spawner, a snapshot).
+  std::atomic<std::uint64_t> record_clock_ns_{0};
+  void advance_record_clock(std::uint64_t now) noexcept {
+    record_clock_ns_.store(now, std::memory_order_relaxed);  // relaxed: a sample of the time
+  }
   void (*phase_observer_)(void*, phase) = nullptr;
   void* phase_context_ = nullptr;
   // The snapshot's sections (last: dropped first, waiting for a reader in progress).

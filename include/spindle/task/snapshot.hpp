@@ -51,7 +51,7 @@ namespace detail {
 // Every live task's record, by a scan; `f(const task_info&)`. Returns how many were visited.
 template <class F>
 std::size_t for_each_task_record(const task_table& table, F&& f) {
-  const std::uint64_t now = record_now_ns();
+  const std::uint64_t now = core::monotonic_nanoseconds();
   const std::uint32_t slots = table.slot_capacity();
   std::size_t visited = 0;
   task_info info;

@@ -114,7 +114,7 @@ class spawned_task_base : public core::runnable {
   // task suspends on `what` (task_record.hpp). Called before registering with whatever wakes it.
   void set_resume_point(std::coroutine_handle<> h, const wait_descriptor& what = {}) noexcept {
     resume_point_ = h;
-    if (record_ != nullptr) record_->on_suspend(what);
+    if (record_ != nullptr) record_->on_suspend(what, record_now_ns(host_->record_clock));
   }
   // An await that called set_resume_point completed without suspending: the task runs on.
   void continue_running() noexcept {
@@ -146,12 +146,14 @@ class spawned_task_base : public core::runnable {
   void wake() noexcept {
     // A task woken while it runs (it registered, then what it waits on was ready at once) wakes
     // itself; record_ is valid: the task is suspended (or running) until this schedule.
-    if (record_ != nullptr) record_->on_wake(current_task_is(this));
+    if (record_ != nullptr) {
+      record_->on_wake(current_task_is(this), record_now_ns(host_->record_clock));
+    }
     host_->schedule(this, core::schedule_hint::wake);
   }
   // Reschedules the running task behind other runnables (yield_now, cooperative budget).
   void yield_to_scheduler() noexcept {
-    if (record_ != nullptr) record_->on_wake(true);
+    if (record_ != nullptr) record_->on_wake(true, record_now_ns(host_->record_clock));
     host_->schedule(this, core::schedule_hint::yield);
   }
   // What runs this task (the runtime or an embedded executor): its timers, clock, spawns.

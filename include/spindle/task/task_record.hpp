@@ -102,10 +102,12 @@ class lazy_object_id {
   mutable std::atomic<std::uint32_t> id_{0};
 };
 
-// Nanoseconds for records: the coarse clock on a runtime worker, the steady clock elsewhere.
-inline std::uint64_t record_now_ns() noexcept {
-  const core::slice_clock& clock = core::current_slice_clock;
-  return clock.now != nullptr ? clock.read() : core::monotonic_nanoseconds();
+// Nanoseconds for records: the host's record clock (task_host::record_clock: the runtime's
+// coarse clock, an embedded executor's tick clock), one relaxed load; the steady clock when the
+// host has none. Readers use the steady clock (record times are never ahead of it).
+inline std::uint64_t record_now_ns(const std::atomic<std::uint64_t>* clock) noexcept {
+  // relaxed: a sample of the time.
+  return clock != nullptr ? clock->load(std::memory_order_relaxed) : core::monotonic_nanoseconds();
 }
 
 inline std::uint64_t pack_task_id(std::uint32_t index, std::uint32_t serial) noexcept {
@@ -124,9 +126,9 @@ struct task_record {
 
   field<std::uint8_t> state{0};      // task_state
   field<std::uint8_t> wait_kind{0};  // spindle::wait_kind; read only while suspended
-  // G4 "lost waker": true while the task is suspended with a registration someone will wake
-  // (a primitive's queue, a timer, an I/O operation, a joined task); false when it suspended
-  // with no registration published (a custom awaitable) or once woken.
+  // G4 "lost waker": whether the task's last suspension went through a primitive that keeps a
+  // waker for it (a primitive's queue, a timer, an I/O operation, a joined task); false for an
+  // awaitable that described nothing. Meaningful only while suspended (readers ignore it else).
   field<std::uint8_t> waker_registered{0};
   field<std::uint16_t> executor{0};  // the executor (or table shard) that last polled it
   field<std::uint32_t> line{0};      // spawn location
@@ -173,10 +175,8 @@ struct task_record {
   bool read_name(char (&out)[task_name_capacity + 1]) const noexcept;
 
   // The thread about to poll the task.
-  void on_poll_start(std::uint16_t executor_index) noexcept {
-    const std::uint64_t now = record_now_ns();
+  void on_poll_start(std::uint16_t executor_index, std::uint64_t now) noexcept {
     state.store(std::uint8_t(task_state::running), std::memory_order_relaxed);
-    waker_registered.store(0, std::memory_order_relaxed);
     executor.store(executor_index, std::memory_order_relaxed);
     bump(polls);
     const std::uint64_t woken = last_wake_ns.load(std::memory_order_relaxed);
@@ -186,8 +186,7 @@ struct task_record {
   // The running task, about to suspend (before it registers anywhere: after that a waker owns
   // the record's wake fields). Ends the poll's busy stretch; a stretch resumes at once if the
   // await completes without suspending (on_continue).
-  void on_suspend(const wait_descriptor& what) noexcept {
-    const std::uint64_t now = record_now_ns();
+  void on_suspend(const wait_descriptor& what, std::uint64_t now) noexcept {
     const std::uint64_t started = poll_started_ns.load(std::memory_order_relaxed);
     if (now > started) bump(busy_ns, now - started);
     poll_started_ns.store(now, std::memory_order_relaxed);
@@ -207,16 +206,14 @@ struct task_record {
     state.store(std::uint8_t(task_state::running), std::memory_order_relaxed);
   }
   // The waker that won the wait, or the task itself (self == true: yield).
-  void on_wake(bool self) noexcept {
+  void on_wake(bool self, std::uint64_t now) noexcept {
     bump(wakes);
     if (self) bump(self_wakes);
-    last_wake_ns.store(record_now_ns(), std::memory_order_relaxed);
-    waker_registered.store(0, std::memory_order_relaxed);
+    last_wake_ns.store(now, std::memory_order_relaxed);
     state.store(std::uint8_t(task_state::scheduled), std::memory_order_relaxed);
   }
   // The completing thread, before the slot is freed.
-  void on_complete() noexcept {
-    const std::uint64_t now = record_now_ns();
+  void on_complete(std::uint64_t now) noexcept {
     const std::uint64_t started = poll_started_ns.load(std::memory_order_relaxed);
     const std::uint8_t was = state.load(std::memory_order_relaxed);
     // Completed in a poll (not abandoned while queued or suspended): the poll's last stretch.
