@@ -19,6 +19,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <ranges>
 #include <string>
 #include <thread>
@@ -460,6 +461,93 @@ void print_fork_statistics() {
                (unsigned long long)c.helped);
 }
 
+// --- snapshot: the diagnostics snapshot of a loaded runtime (SPEC G1) -------------------------
+// N tasks suspended on channels and N idle actors, while every worker runs a churn of short
+// tasks (spawn, yield, complete); the time is one snapshot_json() (executors, tasks, actors,
+// ...) averaged over several, taken from a plain thread. Also on stderr: the structured
+// runtime::snapshot() (tasks and executors only), the document's size, and the churn's rate
+// with and without snapshots being taken back to back.
+struct snapshot_actor {
+  using message_type = int;
+  void receive(int) {}
+};
+
+spindle::task<long> wait_on(spindle::channel<int>& ch) {
+  co_return (co_await ch.receive()).value_or(0);
+}
+
+spindle::task<long> tiny_task(long i) {
+  if ((i & 1) != 0) co_await spindle::yield_now();
+  co_return i;
+}
+
+spindle::task<void> churn(std::atomic<bool>& stop, std::atomic<long>& done) {
+  long i = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    auto a = spindle::spawn(tiny_task(i++));
+    auto b = spindle::spawn(tiny_task(i++));
+    co_await std::move(a);
+    co_await std::move(b);
+    done.fetch_add(2, std::memory_order_relaxed);
+  }
+}
+
+measurement run_snapshot(long live, int threads) {
+  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  constexpr long per_channel = 1000;
+  std::vector<std::unique_ptr<spindle::channel<int>>> channels;
+  std::vector<spindle::join_handle<long>> waiting;
+  waiting.reserve(std::size_t(live));
+  for (long i = 0; i < live; ++i) {
+    if (i % per_channel == 0) channels.push_back(std::make_unique<spindle::channel<int>>(1));
+    waiting.push_back(rt.spawn(wait_on(*channels.back())));
+  }
+  std::vector<spindle::actor_ref<int>> actors;
+  actors.reserve(std::size_t(live));
+  for (long i = 0; i < live; ++i) actors.push_back(spindle::spawn_actor<snapshot_actor>(rt));
+  std::atomic<bool> stop{false};
+  std::atomic<long> churned{0};
+  std::vector<spindle::join_handle<void>> churners;
+  for (int i = 0; i < threads; ++i) {
+    churners.push_back(rt.spawn_on(std::uint32_t(i), churn(stop, churned)));
+  }
+  while (rt.live_tasks() < std::size_t(live)) std::this_thread::yield();
+  // The churn's rate without snapshots, then while snapshots are taken back to back.
+  auto churn_rate = [&](auto during) {
+    const long before = churned.load();
+    const auto start = bench_clock::now();
+    during();
+    return double(churned.load() - before) / seconds_since(start);
+  };
+  const double quiet_rate = churn_rate([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+  std::string json = rt.snapshot_json();  // warm-up
+  constexpr int rounds = 10;
+  double json_seconds = 0;
+  const double loaded_rate = churn_rate([&] {
+    const auto start = bench_clock::now();
+    for (int r = 0; r < rounds; ++r) json = rt.snapshot_json();
+    json_seconds = seconds_since(start) / rounds;
+  });
+  const auto structured_start = bench_clock::now();
+  long tasks_seen = 0;
+  for (int r = 0; r < rounds; ++r) tasks_seen = long(rt.snapshot().tasks.size());
+  const double structured_seconds = seconds_since(structured_start) / rounds;
+  const std::size_t actors_listed = spindle::actors_of(rt).snapshot().size();
+  std::fprintf(stderr,
+               "snapshot: %ld live tasks, %zu actors, %d workers churning: snapshot_json %.2f ms "
+               "(%.1f MB), runtime::snapshot() %.2f ms; churn %.0f tasks/s quiet, %.0f tasks/s "
+               "during back-to-back snapshots\n",
+               tasks_seen, actors_listed, threads, json_seconds * 1e3, double(json.size()) / 1e6,
+               structured_seconds * 1e3, quiet_rate, loaded_rate);
+  stop.store(true);
+  for (auto& c : churners) c.join();
+  for (auto& ch : channels) ch->close();
+  for (auto& w : waiting) w.join();
+  for (auto& a : actors) a.stop();
+  const bool complete = tasks_seen >= live && actors_listed >= std::size_t(live);
+  return {json_seconds, complete ? live : tasks_seen, live};
+}
+
 using workload_function = measurement (*)(long, int);
 
 struct workload {
@@ -482,6 +570,7 @@ const std::map<std::string, workload>& workloads() {
       {"submit", {&run_submit, 1000000}},
       {"dispatch", {&run_dispatch, 1000000}},
       {"dispatch-sequential", {&run_dispatch_sequential, 1000000}},
+      {"snapshot", {&run_snapshot, 100000}},
   };
   return table;
 }

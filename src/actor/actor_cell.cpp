@@ -96,6 +96,10 @@ bool push_envelope(actor_cell& cell, envelope* message) noexcept {
     // the push before our load of `state` below (the Dekker pairing with going Receiving).
   } while (!cell.mailbox.compare_exchange_weak(head, message, std::memory_order_seq_cst,
                                                std::memory_order_relaxed));
+  if (cell.counts_pushes && message->kind == envelope_kind::user) {
+    // relaxed: a diagnostics count (the mailbox length is received - handled).
+    cell.messages_received.fetch_add(1, std::memory_order_relaxed);
+  }
   return true;
 }
 

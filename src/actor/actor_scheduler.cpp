@@ -22,6 +22,41 @@ using actor_detail::adopt_mode;
 
 namespace {
 
+// Diagnostics (actor_cell.hpp): the owner samples the mailbox length when it takes its mailbox
+// (`handled_this_run`: user messages handled in the current run, not yet published), and
+// publishes what a run handled and used when it ends. relaxed, all: single writer (the owner)
+// or a count, read by snapshots that want each value whole, not a consistent set.
+void note_mailbox_length(actor_cell* cell, std::uint64_t taken_now,
+                         std::uint64_t handled_this_run) noexcept {
+  const std::uint64_t taken = cell->messages_taken.load(std::memory_order_relaxed) + taken_now;
+  cell->messages_taken.store(taken, std::memory_order_relaxed);
+  const std::uint64_t received =
+      cell->counts_pushes ? cell->messages_received.load(std::memory_order_relaxed) : taken;
+  const std::uint64_t handled =
+      cell->messages_handled.load(std::memory_order_relaxed) + handled_this_run;
+  const std::uint64_t length = received > handled ? received - handled : 0;
+  if (length > cell->mailbox_high_water.load(std::memory_order_relaxed)) {
+    cell->mailbox_high_water.store(std::uint32_t(std::min<std::uint64_t>(length, UINT32_MAX)),
+                                   std::memory_order_relaxed);
+  }
+}
+
+// Once per run (its end, or just before it halts).
+void note_run_end(actor_cell* cell, std::uint64_t& handled_this_run) noexcept {
+  if (handled_this_run != 0) {
+    cell->messages_handled.store(
+        cell->messages_handled.load(std::memory_order_relaxed) + handled_this_run,
+        std::memory_order_relaxed);
+    handled_this_run = 0;
+  }
+  const std::int64_t used = std::int64_t(cell->reductions_at_start) - cell->reductions_left;
+  if (used > 0) {
+    cell->reductions_used.store(
+        cell->reductions_used.load(std::memory_order_relaxed) + std::uint64_t(used),
+        std::memory_order_relaxed);
+  }
+}
+
 std::atomic<std::uint64_t> live_cell_count{0};
 
 // Kinds of the executor messages the actor layer sends (executor_message::kind).
@@ -234,6 +269,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       started + (time_slice_ns_ > cell->time_used_ns ? time_slice_ns_ - cell->time_used_ns : 0);
   std::uint64_t now = started;
   std::uint64_t handled = 0;
+  std::uint64_t user_handled = 0;  // diagnostics: the mailbox length (actor_cell.hpp)
   bool cut_for_woken = false;
   for (;;) {
     if (cell->private_head == nullptr) {
@@ -242,17 +278,20 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       bool kill = false;
       envelope* oldest_first = nullptr;
       std::uint64_t backlog = 0;
+      std::uint64_t taken = 0;  // user messages (diagnostics)
       while (newest != nullptr) {
         envelope* next = newest->next;
         newest->next = oldest_first;
         oldest_first = newest;
         kill = kill || newest->kind == envelope_kind::kill;
+        taken += newest->kind == envelope_kind::user;
         newest = next;
         ++backlog;
       }
       cell->private_head = oldest_first;
       // G4: the backlog is what this take found (the private list was empty).
       if (warnings_.mailbox_look_matters(cell->mailbox_watch, backlog)) look_at_mailbox(cell, backlog);
+      note_mailbox_length(cell, taken, user_handled);
       if (kill) {
         halt(cell, exit_reason{exit_kind::killed, {}}, true);
         return;
@@ -262,6 +301,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     envelope* message = cell->private_head;
     cell->private_head = message->next;
     message->next = nullptr;
+    if (message->kind == envelope_kind::user) ++user_handled;
     if (cell->capacity != 0 && message->kind == envelope_kind::user) {
       // relaxed: frees room for senders once the message is being handled, so at most
       // `capacity` user messages are ever queued and not yet handled.
@@ -322,6 +362,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       cut_for_woken = true;
       stats_.woken_runs_cut.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
     }
+    if (crashed || cell->stop_requested) note_run_end(cell, user_handled);
     if (crashed) {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
       halt(cell, std::move(crash), true);
@@ -334,6 +375,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     }
     if (cut_for_woken) break;
   }
+  note_run_end(cell, user_handled);
   stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);  // relaxed: statistics
   // The run's time, charged to the quantum and folded into the actor's cost (its CPU demand
   // per run, for migration).
@@ -584,6 +626,7 @@ void actor_scheduler::adopt(actor_cell* cell, adopt_mode mode) noexcept {
 }
 
 void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) noexcept {
+  system_.delist(cell);  // a snapshot no longer lists it (it stays alive until then)
   // Kept for watches placed from now on (actor_cell.hpp, "The exit reason"): written before
   // the state store below publishes Halted.
   cell->halt_reason = reason;
@@ -691,6 +734,7 @@ actor_system::actor_system(core::runtime_core& core, actor_system_options option
   for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
     schedulers_[i].store(nullptr, std::memory_order_relaxed);  // relaxed: not shared yet
   }
+  register_sections();  // first: nothing else needs undoing if it throws
   // An executor in a long runnable hands its waiting actors to others at its service points
   // (actor_scheduler.hpp, "A stuck executor"). The system outlives the workers (the runtime
   // destroys it after they stopped), so the hook's context is alive whenever it is called.
@@ -704,6 +748,9 @@ actor_system::actor_system(core::runtime_core& core, actor_system_options option
 }
 
 actor_system::~actor_system() {
+  // No snapshot reads the directory from here on (waits for one in progress).
+  actors_section_.reset();
+  tree_section_.reset();
   core_.set_long_runnable_hook(nullptr, nullptr);  // the workers have stopped; for clarity
   shutdown();
   for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {

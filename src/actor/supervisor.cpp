@@ -22,9 +22,23 @@ class supervisor_behaviour {
   using context = actor_context<supervisor_message>;
 
   supervisor_behaviour(supervisor_spec spec, supervision_plan plan)
-      : spec_(std::move(spec)), plan_(std::move(plan)), children_(spec_.children.size()) {}
+      : spec_(std::move(spec)), plan_(std::move(plan)), children_(spec_.children.size()),
+        starts_(spec_.children.size(), 0) {}
+  supervisor_behaviour(const supervisor_behaviour&) = delete;
+  supervisor_behaviour& operator=(const supervisor_behaviour&) = delete;
+  ~supervisor_behaviour() {
+    if (system_ != nullptr) system_->remove_supervisor_record(&record_);
+  }
 
   void on_start(context& ctx) {
+    // Diagnostics: the supervision tree lists this supervisor and its children from now on.
+    record_.id = ctx.id();
+    record_.children.resize(spec_.children.size());
+    for (std::size_t i = 0; i < spec_.children.size(); ++i) {
+      record_.children[i].name = spec_.children[i].name;
+    }
+    system_ = current_actor_system();
+    if (system_ != nullptr) system_->add_supervisor_record(&record_);
     for (std::size_t child : plan_.start_order()) start_child(child, ctx);
     run(ctx);
   }
@@ -55,6 +69,7 @@ class supervisor_behaviour {
     const std::size_t child = it->second;
     child_of_.erase(it);
     children_[child] = actor_handle{};
+    note_child(child, 0);
     if (awaiting_stop_ == child) {
       awaiting_stop_.reset();
       if (stop_timer_.valid()) {
@@ -163,7 +178,11 @@ class supervisor_behaviour {
 
   void start_child(std::size_t child, context& ctx) {
     try {
-      actor_handle handle = spec_.children[child].start(resolve(spec_.children[child].placement));
+      spawn_options options = resolve(spec_.children[child].placement);
+      options.name = spec_.children[child].name;  // diagnostics: named after its spec
+      options.supervisor = ctx.id();
+      options.restarts = starts_[child];
+      actor_handle handle = spec_.children[child].start(options);
       if (!handle) throw usage_error("spindle: a supervisor's child factory returned no actor");
       if (child_of_.contains(handle.id())) {
         // One actor is one child: tracked twice, its one down notification would end only one
@@ -178,6 +197,13 @@ class supervisor_behaviour {
       }
       ctx.monitor(handle);
       child_of_[handle.id()] = child;
+      // Diagnostics: which supervisor started it, and how many times its slot restarted (again
+      // here: a factory may have ignored the options).
+      const std::uint32_t restarts = starts_[child]++;
+      // relaxed: read by snapshots, each value whole.
+      handle.cell()->supervisor.store(ctx.id(), std::memory_order_relaxed);
+      handle.cell()->restarts.store(restarts, std::memory_order_relaxed);
+      note_child(child, handle.id());
       children_[child] = std::move(handle);
     } catch (const runtime_stopped&) {
       // The runtime is shutting down: nothing will run any more, nothing to restart.
@@ -220,8 +246,22 @@ class supervisor_behaviour {
     return options;
   }
 
+  // The supervision tree's record of a child (under the system's directory lock).
+  void note_child(std::size_t child, actor_id running) {
+    if (system_ == nullptr) return;
+    system_->with_directory_locked([&] {
+      supervisor_info::child& c = record_.children[child];
+      c.actor = running;
+      c.running = running != 0;
+      c.restarts = starts_[child] > 0 ? starts_[child] - 1 : 0;
+    });
+  }
+
   supervisor_spec spec_;
   supervision_plan plan_;
+  std::vector<std::uint32_t> starts_;  // per child: incarnations started
+  actor_detail::supervisor_record record_;
+  actor_system* system_ = nullptr;  // where record_ is listed (set by on_start)
   std::vector<actor_handle> children_;           // running children (empty when not)
   std::unordered_map<actor_id, std::size_t> child_of_;
   std::deque<action> actions_;

@@ -137,6 +137,19 @@ void json_writer::append_quoted(std::string& out, std::string_view text) {
   static constexpr char hex[] = "0123456789abcdef";
   out.push_back('"');
   for (std::size_t i = 0; i < text.size(); ++i) {
+    // The common case first: a run of printable ASCII that needs no escape, appended at once
+    // (a snapshot writes some 10^6 strings; one push_back per byte dominated its cost).
+    std::size_t run = i;
+    while (run < text.size()) {
+      const auto b = static_cast<unsigned char>(text[run]);
+      if (b < 0x20 || b >= 0x7f || b == '"' || b == '\\') break;
+      ++run;
+    }
+    if (run != i) {
+      out.append(text.data() + i, run - i);
+      i = run;
+      if (i == text.size()) break;
+    }
     const auto c = static_cast<unsigned char>(text[i]);
     switch (c) {
       case '"': out += "\\\""; break;

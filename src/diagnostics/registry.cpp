@@ -28,6 +28,13 @@ registry::registration registry::add_snapshot_section(std::string name, snapshot
   return registration(this, id);
 }
 
+registry::registration registry::add_snapshot_item(std::string name, snapshot_writer writer) {
+  std::lock_guard lock(mutex_);
+  const std::uint64_t id = next_id_++;
+  entries_.push_back(entry{id, std::move(name), std::move(writer), {}, true});
+  return registration(this, id);
+}
+
 registry::registration registry::add_metrics(metrics_writer writer) {
   std::lock_guard lock(mutex_);
   const std::uint64_t id = next_id_++;
@@ -40,19 +47,47 @@ void registry::remove(std::uint64_t id) noexcept {
   std::erase_if(entries_, [id](const entry& e) { return e.id == id; });
 }
 
-void registry::write_snapshot_sections(json_writer& out) const {
+bool registry::write_snapshot_section(std::string_view name, json_writer& out) const {
+  std::lock_guard lock(mutex_);
+  std::size_t same_name = 0;
+  bool items = false;
+  for (const entry& e : entries_) {
+    if (e.snapshot && e.name == name) {
+      ++same_name;
+      items = items || e.item;
+    }
+  }
+  if (same_name == 0) return false;
+  if (same_name > 1 || items) out.begin_array();
+  for (const entry& e : entries_) {
+    if (e.snapshot && e.name == name) e.snapshot(out);
+  }
+  if (same_name > 1 || items) out.end_array();
+  return true;
+}
+
+void registry::write_snapshot_sections(json_writer& out,
+                                       std::initializer_list<std::string_view> except) const {
   std::lock_guard lock(mutex_);
   out.begin_object();
   // Sections sharing a name are gathered in an array under it, in registration order.
   std::vector<bool> written(entries_.size(), false);
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     if (!entries_[i].snapshot || written[i]) continue;
+    if (std::find(except.begin(), except.end(), std::string_view(entries_[i].name)) !=
+        except.end()) {
+      continue;
+    }
     std::size_t same_name = 0;
+    bool items = false;
     for (std::size_t j = i; j < entries_.size(); ++j) {
-      if (entries_[j].snapshot && entries_[j].name == entries_[i].name) ++same_name;
+      if (entries_[j].snapshot && entries_[j].name == entries_[i].name) {
+        ++same_name;
+        items = items || entries_[j].item;
+      }
     }
     out.key(entries_[i].name);
-    if (same_name == 1) {
+    if (same_name == 1 && !items) {
       entries_[i].snapshot(out);
       written[i] = true;
       continue;

@@ -62,6 +62,8 @@ void dispatcher_shared::start() {
     host_entry entry(*runtime_);  // as for any spawn from outside (task/runtime.hpp)
     if (entry.refused()) throw runtime_stopped();
     auto* spawned = prepare_spawn(*runtime_, std::move(body));
+    spawned->set_name(options.name.empty() ? std::string_view("dispatcher worker")
+                                           : std::string_view(options.name));
     runtime_->core->schedule_on(executor % executors, spawned);
     join_handle<void>(spawned).detach();
   };
@@ -134,6 +136,20 @@ void dispatcher_shared::write_metrics(std::string& out, std::string_view id) con
   w.family("spindle_dispatcher_running", diagnostics::metric_type::gauge,
            "Submissions accepted, no longer queued and not complete.");
   w.sample("spindle_dispatcher_running", labels, open > queued ? open - queued : 0);
+void dispatcher_shared::write_diagnostics(diagnostics::json_writer& out) const {
+  std::uint64_t queued = run_queue_.size();
+  for (const auto& shard : shards_) queued += shard->size();
+  // relaxed: a sample for a person.
+  const std::uint64_t outstanding_now = outstanding.load(std::memory_order_relaxed);
+  out.begin_object();
+  out.member("name", options.name);
+  out.member("mode", to_string(options.mode));
+  out.member("queues", std::uint64_t(shards_.size()));
+  out.member("outstanding", outstanding_now);
+  out.member("queued", queued);
+  out.member("running", outstanding_now > queued ? outstanding_now - queued : 0);
+  out.member("closing", closing_.load(std::memory_order_relaxed));
+  out.end_object();
 }
 
 void dispatcher_shared::report_unobserved(std::exception_ptr error) noexcept {
@@ -364,6 +380,9 @@ dispatcher::dispatcher(runtime& rt, dispatcher_options options) {
   const std::string id = std::to_string(next_id.fetch_add(1, std::memory_order_relaxed));
   metrics_ = rt.state_->diagnostics_registry.add_metrics(
       [shared = shared_.get(), id](std::string& out) { shared->write_metrics(out, id); });
+  diagnostics_item_ = rt.state_->diagnostics_registry.add_snapshot_item(
+      "dispatchers",
+      [shared = shared_.get()](diagnostics::json_writer& out) { shared->write_diagnostics(out); });
 }
 
 dispatcher::~dispatcher() { close(); }

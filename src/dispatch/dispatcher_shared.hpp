@@ -46,6 +46,9 @@ class dispatcher_shared : public std::enable_shared_from_this<dispatcher_shared>
   bool on_own_worker() const noexcept;
   // A submission's exception nobody observes (U6): options.on_unobserved_exception, or the log.
   void report_unobserved(std::exception_ptr error) noexcept;
+  // The snapshot's view (any thread): queued = in its queues; running = accepted, not
+  // complete and not queued (approximate: the counts are read one after the other).
+  void write_diagnostics(diagnostics::json_writer& out) const;
 
   const dispatcher_options options;
   std::atomic<std::uint64_t> outstanding{0};  // accepted, not complete

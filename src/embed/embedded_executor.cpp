@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <span>
 
 #include "spindle/core/errors.hpp"
 #include "spindle/core/frame_allocator.hpp"
 #include "spindle/diagnostics/server.hpp"
 #include "spindle/task/live_view.hpp"
 #include "spindle/diagnostics/prometheus.hpp"
+#include "spindle/diagnostics/snapshot.hpp"
 
 namespace spindle::embed {
 namespace {
@@ -47,6 +49,16 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
   options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
   task_host::warnings.configure(options_.diagnostics);
+  advance_record_clock(core::monotonic_nanoseconds());
+  record_clock = &record_clock_ns_;
+  tasks_section_ = ::spindle::detail::register_tasks_section(task_host::diagnostics_registry, tasks);
+  executors_section_ = task_host::diagnostics_registry.add_snapshot_section(
+      "executors", [](spindle::diagnostics::json_writer& out) {
+        // Its counters belong to the ticking thread (statistics()): only what it is.
+        out.begin_array().begin_object();
+        out.member("index", 0).member("kind", "embedded");
+        out.end_object().end_array();
+      });
   metrics_ = diagnostics_registry.add_metrics([this](std::string& out) { write_metrics(out); });
   trace_ = std::make_shared<core::trace_recorder>(1, options_.diagnostics);
   trace_->set_thread_label("embedded executor");
@@ -60,6 +72,19 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
 
 std::uint16_t embedded_executor::diagnostics_port() const noexcept {
   return live_view ? live_view->port() : 0;
+}
+
+std::size_t embedded_executor::snapshot(std::span<task_info> storage) const noexcept {
+  std::size_t stored = 0;
+  const std::size_t found =
+      ::spindle::detail::for_each_task_record(tasks, [&](const task_info& t) {
+        if (stored < storage.size()) storage[stored++] = t;
+      });
+  return found;
+}
+
+std::string embedded_executor::snapshot_json() const {
+  return spindle::diagnostics::snapshot_json(task_host::diagnostics_registry);
 }
 
 embedded_executor::~embedded_executor() {
@@ -264,6 +289,7 @@ std::uint32_t embedded_executor::execute(std::uint32_t limit, std::uint64_t dead
                                           bool& out_of_time) noexcept {
   observe(phase::execute);
   ++statistics_.execute_phases;
+  advance_record_clock(core::monotonic_nanoseconds());  // one read per phase (records)
   std::uint32_t ran = 0;
   while (ran < limit) {
     // The oldest end first in each phase (fairness), then the newest end until it is empty.
@@ -273,9 +299,13 @@ std::uint32_t embedded_executor::execute(std::uint32_t limit, std::uint64_t dead
     if (r == nullptr) break;
     r->run();  // until it suspends or completes; `r` must not be touched afterwards
     ++ran;
-    if (deadline != 0 && core::monotonic_nanoseconds() >= deadline) {
-      out_of_time = true;
-      break;
+    if (deadline != 0 || options_.precise_task_times) {
+      const std::uint64_t now = core::monotonic_nanoseconds();
+      advance_record_clock(now);
+      if (deadline != 0 && now >= deadline) {
+        out_of_time = true;
+        break;
+      }
     }
   }
   statistics_.tasks_run += ran;

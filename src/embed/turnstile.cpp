@@ -9,7 +9,7 @@ using ::spindle::detail::spawned_task_base;
 bool turnstile_block::wait_awaiter::await_suspend(std::coroutine_handle<> h) {
   spawned_task_base* t = spawned_task_base::current();
   if (t == nullptr) throw usage_error("spindle: a turnstile needs a spawned task");
-  t->set_resume_point(h);
+  t->set_resume_point(h, {wait_kind::turnstile});
   if (!t->begin_registration()) {
     block_.cancelled_ = true;  // cancellation already requested: do not suspend, throw
     return false;

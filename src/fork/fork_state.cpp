@@ -5,9 +5,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "spindle/core/executor_metrics.hpp"
 #include "spindle/core/runtime_core.hpp"
+#include "spindle/diagnostics/json_writer.hpp"
+#include "spindle/diagnostics/registry.hpp"
+#include "spindle/task/runtime.hpp"
 
 namespace spindle {
 namespace fork_detail {
@@ -36,11 +41,39 @@ constexpr std::uint64_t min_check_ns = 1'000;
 constexpr std::uint32_t spin_rounds_before_park = 64;
 constexpr clock_duration park_timeout = std::chrono::microseconds(50);
 
+// Diagnostics (SPEC G1): the snapshot's "fork_join" section of a runtime lists, per worker
+// that forked, the fork_join calls in flight there (its frame stack's depth: computations
+// in flight, nested ones counted each) and whether it runs a piece of another worker's
+// computation, with the process-wide counters. The states of a runtime's workers are listed
+// here, under `lock`, from attach_thread until their thread exits; the first one registers the
+// section in the runtime's registry and the last one to go drops it (the workers exit before
+// the runtime's state, and so its registry, is destroyed).
+struct fork_directory {
+  struct per_runtime {
+    core::runtime_core* core;
+    std::vector<fork_thread_state*> states;
+    diagnostics::registry::registration section;
+  };
+  std::mutex lock;
+  std::vector<std::unique_ptr<per_runtime>> runtimes;  // under lock
+};
+fork_directory& directory() {
+  static fork_directory* instance = new fork_directory();  // never destroyed: threads outlive statics
+  return *instance;
+}
+void write_fork_section(diagnostics::json_writer& out, fork_directory::per_runtime& entry);
+void enlist_state(fork_thread_state& state);
+void delist_state(fork_thread_state& state) noexcept;
+
 // Owns the state of each worker thread that forked (freed when the thread exits).
 struct owned_state {
   fork_thread_state state;
   latent_frame* frames[frame_capacity];
   alignas(work_slot_alignment) unsigned char work_slots[frame_capacity * work_slot_size];
+  bool listed = false;
+  ~owned_state() {
+    if (listed) delist_state(state);
+  }
 };
 thread_local std::unique_ptr<owned_state> thread_owned_state;
 
@@ -185,6 +218,12 @@ fork_thread_state* attach_thread() noexcept {
                                 std::memory_order_relaxed);
   state.random_state = 0x9e3779b9u * (executor->index() + 1);
   current_state = &state;
+  try {
+    enlist_state(state);
+    thread_owned_state->listed = true;
+  } catch (...) {
+    // Out of memory: the worker forks as before, unlisted in snapshots.
+  }
   // Last: from here on a ping may run on_ping with this state.
   executor->set_ping_handler(&on_ping, &state);
   return &state;
@@ -383,6 +422,101 @@ void drop_delegated(core::runnable*) noexcept {
   std::abort();
 }
 
+}  // namespace fork_detail
+
+namespace fork_detail {
+namespace {
+
+// Lock order: the registry's lock, then the directory's (the writer runs under the first and
+// takes the second), so registrations are added and dropped without the directory's lock.
+void enlist_state(fork_thread_state& state) {
+  fork_directory& d = directory();
+  core::runtime_core* core = &state.executor->core();
+  {
+    std::lock_guard guard(d.lock);
+    for (auto& entry : d.runtimes) {
+      if (entry->core == core) {
+        entry->states.push_back(&state);
+        return;
+      }
+    }
+  }
+  // The first worker of this runtime (as far as we know): a new entry with its section.
+  auto entry = std::make_unique<fork_directory::per_runtime>();
+  entry->core = core;
+  auto* layer = static_cast<::spindle::detail::task_host*>(
+      static_cast<::spindle::detail::runtime_state*>(core->layer_state()));
+  if (layer != nullptr) {
+    fork_directory::per_runtime* raw = entry.get();
+    entry->section = layer->diagnostics_registry.add_snapshot_section(
+        "fork_join", [raw](diagnostics::json_writer& out) { write_fork_section(out, *raw); });
+  }
+  std::unique_ptr<fork_directory::per_runtime> lost;  // another worker was first
+  {
+    std::lock_guard guard(d.lock);
+    for (auto& existing : d.runtimes) {
+      if (existing->core == core) {
+        existing->states.push_back(&state);
+        lost = std::move(entry);
+        break;
+      }
+    }
+    if (!lost) {
+      entry->states.push_back(&state);
+      d.runtimes.push_back(std::move(entry));
+    }
+  }
+  if (lost) lost->section.reset();  // outside the directory's lock (see above)
+}
+
+void delist_state(fork_thread_state& state) noexcept {
+  fork_directory& d = directory();
+  std::unique_ptr<fork_directory::per_runtime> gone;
+  {
+    std::lock_guard guard(d.lock);
+    for (auto it = d.runtimes.begin(); it != d.runtimes.end(); ++it) {
+      std::vector<fork_thread_state*>& states = (*it)->states;
+      if (std::erase(states, &state) == 0) continue;
+      if (states.empty()) {
+        gone = std::move(*it);
+        d.runtimes.erase(it);
+      }
+      break;
+    }
+  }
+  // Outside the directory's lock (the writer takes it under the registry's): waits for a
+  // snapshot in progress, after which nobody reads the entry.
+  if (gone) gone->section.reset();
+}
+
+void write_fork_section(diagnostics::json_writer& out, fork_directory::per_runtime& entry) {
+  const fork_counters counters = fork_statistics();
+  out.begin_object();
+  out.key("executors").begin_array();
+  {
+    std::lock_guard guard(directory().lock);
+    for (const fork_thread_state* state : entry.states) {
+      // relaxed: a sample; `frames` and `executor` were set before the state was listed.
+      latent_frame** top = state->top.load(std::memory_order_relaxed);
+      const std::uint64_t in_flight = top != nullptr ? std::uint64_t(top - state->frames) : 0;
+      out.begin_object();
+      out.member("executor", state->executor->index());
+      out.member("fork_joins_in_flight", in_flight);
+      out.member("running_stolen_piece",
+                 state->computation.load(std::memory_order_relaxed) != nullptr);
+      out.end_object();
+    }
+  }
+  out.end_array();
+  out.member("promoted", counters.promoted);
+  out.member("withdrawn", counters.withdrawn);
+  out.member("delegated", counters.delegated);
+  out.member("helped", counters.helped);
+  out.member("heartbeats", counters.heartbeats);
+  out.end_object();
+}
+
+}  // namespace
 }  // namespace fork_detail
 
 fork_counters fork_statistics() noexcept {

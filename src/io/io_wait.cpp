@@ -40,7 +40,8 @@ bool io_wait::await_ready() {
 
 bool io_wait::await_suspend(std::coroutine_handle<> h) noexcept {
   spawned_task_base* t = spawned_task_base::current();
-  t->set_resume_point(h);
+  t->set_resume_point(h, {wait_kind::io, std::uint64_t(std::int64_t(operation_.fd)),
+                          std::uint64_t(operation_.opcode)});
   if (!t->begin_registration()) {
     cancelled_before_start_ = true;  // cancellation already requested: never submitted
     return false;

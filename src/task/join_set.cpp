@@ -11,7 +11,8 @@ namespace spindle::detail {
 bool completion_awaiter::await_suspend(std::coroutine_handle<> h) {
   waiter_ = spawned_task_base::current();
   if (waiter_ == nullptr) throw usage_error("spindle: waiting for a task outside a task");
-  waiter_->set_resume_point(h);
+  waiter_->set_resume_point(
+      h, {wait_kind::join, pack_task_id(target_.id().index, target_.id().serial)});
   // Not a cancellable wait: no registration under the task lock, nothing for a canceller to
   // interrupt. The completer wakes us exactly once; false: already complete, do not suspend.
   // registered_ is written first: once registered we may be resumed elsewhere at any moment.
@@ -146,7 +147,7 @@ bool join_set_core::next_wait::await_suspend(std::coroutine_handle<> h) {
   if (t == nullptr) throw usage_error("spindle: awaiting a join_set outside a task");
   const bool cancellable = mode_ == mode::next_child;
   if (!cancellable) core_.cancel_running();
-  t->set_resume_point(h);
+  t->set_resume_point(h, {wait_kind::join_set});
   if (cancellable && !t->begin_registration()) {
     cancelled_ = true;  // cancellation already requested: no suspension, await_resume throws
     return false;

@@ -57,7 +57,7 @@ std::vector<std::pair<std::string, std::size_t>> named_task_registry::live_names
 bool named_task_registry::wait_awaiter::await_suspend(std::coroutine_handle<> h) {
   spawned_task_base* t = spawned_task_base::current();
   if (t == nullptr) throw usage_error("spindle: wait_named outside a spawned task");
-  t->set_resume_point(h);
+  t->set_resume_point(h, {wait_kind::named});
   registry_ = t->host().names.get();
   if (!t->begin_registration()) {
     cancelled_ = true;  // cancellation already requested: do not suspend, throw

@@ -1,6 +1,8 @@
 // The task layer's runtime: the task table, spawn entry points, shutdown step 5.
 #include "spindle/task/runtime.hpp"
 
+#include "spindle/task/snapshot.hpp"
+
 #include "spindle/core/executor.hpp"
 #include "spindle/core/frame_allocator.hpp"
 #include "spindle/diagnostics/server.hpp"
@@ -83,6 +85,7 @@ runtime::runtime(runtime_options options) {
   state_ = std::make_shared<detail::runtime_state>(core->options().max_executors);
   state_->core = core;
   state_->diagnostics_registry.set_trace_source(core->trace_shared());  // G3: trace_json
+  state_->record_clock = &core->coarse_clock();
   core->set_layer_state(state_.get());
   // Warnings (G4): the monitor watches the executors; a stall names its task through the table.
   connect_warnings(*state_, *core);
@@ -97,6 +100,9 @@ runtime::runtime(runtime_options options) {
     keep->abandon_all();
     keep->stop_extensions();
   });
+  state_->executors_section =
+      detail::register_executors_section(state_->diagnostics_registry, *core);
+  state_->tasks_section = detail::register_tasks_section(state_->diagnostics_registry, state_->tasks);
   core->start(core);
   // The live view (task/live_view.hpp), once the executors exist: it lists them.
   state_->live_view = detail::start_live_view(*state_, core.get(), core->options().diagnostics,

@@ -27,8 +27,22 @@ spawned_task_base::spawned_task_base(task_host& host, std::coroutine_handle<> ro
   vtable = &table;
 }
 
+void spawned_task_base::enter_table(const std::source_location& where) {
+  table_ = &host_->tasks;
+  const spawned_task_base* parent = current_task;
+  record_ = &table_->insert(this, host_->table_shard(), id_, where,
+                            parent != nullptr ? pack_task_id(parent->id_.index, parent->id_.serial)
+                                              : no_parent,
+                            record_now_ns(host_->record_clock));
+}
+
 void spawned_task_base::run_entry(core::runnable* self) noexcept {
   auto* t = static_cast<spawned_task_base*>(self);
+  if (t->record_ != nullptr) {
+    const core::executor* here = core::executor::current();
+    t->record_->on_poll_start(here != nullptr ? std::uint16_t(here->index()) : 0,
+                              record_now_ns(t->host_->record_clock));
+  }
   if (!t->started_) {
     t->started_ = true;
     if (t->cancellation_requested()) {
@@ -169,6 +183,8 @@ void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
   core::trace_event(core::trace_kind::task_end, trace_id(), 0, std::uint32_t(outcome));
   outcome_ = outcome;
   if (table_ != nullptr) {
+    if (record_ != nullptr) record_->on_complete(record_now_ns(host_->record_clock));
+    record_ = nullptr;  // the slot is another task's once erased
     table_->erase(id_, host_->table_shard());
     table_ = nullptr;
   }
@@ -218,6 +234,8 @@ void spawned_task_base::on_root_finished(outcome_kind outcome) noexcept {
   }
   // T4: run the clean-ups first, shielded, then come back here (the runner's root is this task).
   extras_->finishing = outcome;
+  // "completing": the clean-ups run.
+  if (record_ != nullptr) record_->on_complete(record_now_ns(host_->record_clock));
   // relaxed: no wait is registered while the task runs, so no canceller acts on the bit before
   // our next registration, which takes the lock (S3).
   flags_.fetch_or(shielded, std::memory_order_relaxed);
@@ -299,7 +317,7 @@ bool join_awaiter_base::await_suspend(std::coroutine_handle<> h) {
   spawned_task_base* self = spawned_task_base::current();
   if (self == nullptr) throw usage_error("spindle: awaiting a join_handle outside a task");
   joiner_ = self;
-  self->set_resume_point(h);
+  self->set_resume_point(h, {wait_kind::join, pack_task_id(target_->id().index, target_->id().serial)});
   if (!self->begin_registration()) {
     cancelled_ = true;  // cancelled before waiting: do not suspend, await_resume throws
     return false;
@@ -336,7 +354,7 @@ namespace spindle {
 
 void yield_awaiter::await_suspend(std::coroutine_handle<> h) noexcept {
   if (auto* t = detail::spawned_task_base::current()) {
-    t->set_resume_point(h);
+    t->set_resume_point(h, {wait_kind::yield});
     t->yield_to_scheduler();
   } else {
     detail::transfer_to(h);  // not in a spawned task: nothing to yield to

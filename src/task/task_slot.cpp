@@ -78,7 +78,7 @@ std::size_t slot_queue::occupants() const {
 bool slot_queue::turn_awaiter::await_suspend(std::coroutine_handle<> h) {
   spawned_task_base* t = spawned_task_base::current();
   if (t == nullptr) throw usage_error("spindle: a slot's occupant must be a spawned task");
-  t->set_resume_point(h);
+  t->set_resume_point(h, {wait_kind::slot});
   if (!t->begin_registration()) {
     verdict_ = verdict::cancelled;  // cancelled already: do not wait, await_resume throws
     return false;

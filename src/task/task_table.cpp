@@ -48,7 +48,9 @@ std::uint32_t task_table::allocate_slot(std::uint32_t shard) {
   return index;
 }
 
-void task_table::insert(spawned_task_base* t, std::int32_t executor_index, task_id& id) {
+task_record& task_table::insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
+                                const std::source_location& where, std::uint64_t parent,
+                                std::uint64_t now_ns) {
   const bool foreign = executor_index < 0 || std::uint32_t(executor_index) >= executors_;
   const std::uint32_t shard = foreign ? executors_ : std::uint32_t(executor_index);
   std::uint32_t index;
@@ -60,8 +62,66 @@ void task_table::insert(spawned_task_base* t, std::int32_t executor_index, task_
   }
   slot& s = slot_at(index);
   id = {index, s.serial.load(std::memory_order_relaxed)};  // relaxed: our slot, written by erase
-  // release: the task's id and table pointer are visible to whoever finds it here (header).
+  // release: a snapshot reader that sees one of the record's new values also sees the serial's
+  // advance (or `task` cleared) by the erase that freed the slot ("Records").
+  std::atomic_thread_fence(std::memory_order_release);
+  s.record.start(where, parent, foreign ? no_executor : std::uint16_t(shard), now_ns);
+  // release: the task's id and table pointer are visible to whoever finds it here (header),
+  // and the record's start to a reader that acquires `task`.
   s.task.store(t, std::memory_order_release);
+  return s.record;
+}
+
+bool task_table::read_record(std::uint32_t index, task_info& out, std::uint64_t now_ns) const noexcept {
+  const slot& s = slot_at(index);
+  // acquire: the record's start (written before `task`) is visible.
+  const std::uint32_t serial = s.serial.load(std::memory_order_acquire);
+  const spawned_task_base* task = s.task.load(std::memory_order_acquire);
+  if (task == nullptr) return false;
+  const task_record& r = s.record;
+  // relaxed everywhere below: validated by the re-read after the fence.
+  constexpr auto relaxed = std::memory_order_relaxed;
+  out.id = {index, serial};
+  if (!r.read_name(out.name)) out.name[0] = '\0';  // renamed while read: shown unnamed
+  out.file = r.file.load(relaxed);
+  out.function = r.function.load(relaxed);
+  out.line = r.line.load(relaxed);
+  const std::uint64_t parent = r.parent.load(relaxed);
+  out.has_parent = parent != no_parent;
+  out.parent = {std::uint32_t(parent >> 32), std::uint32_t(parent)};
+  out.executor = r.executor.load(relaxed);
+  out.state = task_state(r.state.load(relaxed));
+  out.waker_registered =
+      out.state == task_state::suspended && r.waker_registered.load(relaxed) != 0;
+  if (out.state == task_state::suspended) {
+    out.waiting_on = {spindle::wait_kind(r.wait_kind.load(relaxed)), r.wait_object.load(relaxed),
+                      r.wait_number.load(relaxed)};
+  } else {
+    out.waiting_on = {};
+  }
+  out.polls = r.polls.load(relaxed);
+  out.wakes = r.wakes.load(relaxed);
+  out.self_wakes = r.self_wakes.load(relaxed);
+  out.busy_ns = r.busy_ns.load(relaxed);
+  out.scheduled_ns = r.scheduled_ns.load(relaxed);
+  const std::uint64_t created = r.created_ns.load(relaxed);
+  out.last_wake_ns = r.last_wake_ns.load(relaxed);
+  const std::uint64_t poll_started = r.poll_started_ns.load(relaxed);
+  const std::uint64_t suspended = r.suspended_ns.load(relaxed);
+  // acquire: orders the loads above before the re-reads (seqlock reader).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s.serial.load(relaxed) != serial || s.task.load(relaxed) != task) return false;
+  // Derived times. The current poll (or wait for a poll) counts as busy (scheduled) time so far.
+  out.age_ns = now_ns > created ? now_ns - created : 0;
+  if (out.state == task_state::running && now_ns > poll_started) out.busy_ns += now_ns - poll_started;
+  if (out.state == task_state::scheduled && now_ns > out.last_wake_ns) {
+    out.scheduled_ns += now_ns - out.last_wake_ns;
+  }
+  out.state_for_ns =
+      out.state == task_state::suspended && now_ns > suspended ? now_ns - suspended : 0;
+  const std::uint64_t accounted = out.busy_ns + out.scheduled_ns;
+  out.idle_ns = out.age_ns > accounted ? out.age_ns - accounted : 0;
+  return true;
 }
 
 void task_table::erase(task_id id, std::int32_t executor_index) noexcept {

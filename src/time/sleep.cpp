@@ -48,7 +48,11 @@ bool timer_wait::await_ready() {
 
 bool timer_wait::await_suspend(std::coroutine_handle<> h) {
   spawned_task_base* t = spawned_task_base::current();
-  t->set_resume_point(h);
+  t->set_resume_point(
+      h, {wait_kind::sleep, 0,
+          std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            deadline_.time_since_epoch())
+                            .count())});
   if (!t->begin_registration()) {
     cancelled_ = true;  // cancellation already requested: do not suspend, await_resume throws
     return false;

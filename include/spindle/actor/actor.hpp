@@ -79,6 +79,13 @@ struct spawn_options {
   core::executor_domain domain;
   std::uint32_t mailbox_capacity = 0;     // 0: unbounded
   std::uint32_t quantum = 0;              // reductions per turn; 0: the system's default
+  // Its name in diagnostics (snapshots, the live view); a supervisor names its children after
+  // their specs when this is empty.
+  std::string name;
+  // Set by a supervisor in the options it passes to a child's factory (diagnostics: the
+  // supervision tree): the supervisor's id, and how many times that child was started before.
+  actor_id supervisor = 0;
+  std::uint32_t restarts = 0;
 };
 
 template <class M>
@@ -251,6 +258,7 @@ class actor_ref : public actor_handle {
     auto [sender, receiver] = oneshot<R>();
     const send_result sent = self.send(M(make_message(reply_to<R>(std::move(sender)))));
     if (sent != send_result::queued) throw actor_unavailable(sent);
+    receiver.describe_wait_as({wait_kind::ask, self.id()});  // "ask actor#N" in snapshots
     co_return co_await std::move(receiver);
   }
 };
@@ -348,6 +356,11 @@ struct typed_cell final : actor_cell {
              std::uint32_t quantum, A&&... args)
       : actor_cell(system, vtable, id, home, options.mailbox_capacity, quantum, options.pinned,
                    options.domain) {
+    name = options.name;  // before the behaviour: a throw here leaves nothing to destroy
+    counts_pushes = system.core().options().diagnostics.exact_mailbox_lengths;
+    // relaxed: before publication (the directory's lock and the adopt message publish them).
+    supervisor.store(options.supervisor, std::memory_order_relaxed);
+    restarts.store(options.restarts, std::memory_order_relaxed);
     ::new (static_cast<void*>(storage)) B(std::forward<A>(args)...);
   }
   B& behaviour() noexcept { return *std::launder(reinterpret_cast<B*>(storage)); }
@@ -474,6 +487,7 @@ actor_ref<typename B::message_type> spawn_in(actor_system& system, const spawn_o
     cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: unpublished
     mode = adopt_mode::spawned_runnable;
   }
+  system.enlist(cell);  // diagnostics: listed until it halts
   system.send_adopt(cell, home, mode);
   return actor_ref<typename B::message_type>::adopt(cell);
 }

@@ -176,6 +176,11 @@ struct actor_cell {
   std::atomic<actor_state> state{actor_state::receiving};
   std::atomic<std::uint32_t> home;               // executor index; written by the owner
   std::atomic<envelope*> mailbox{nullptr};       // Treiber stack, newest first
+  // Diagnostics: user messages pushed, counted by senders when `counts_pushes`
+  // (diagnostics_options::exact_mailbox_lengths: a relaxed RMW next to the word the push's CAS
+  // already owns; the owner's diagnostics fields are below, away from this line).
+  std::atomic<std::uint64_t> messages_received{0};
+  bool counts_pushes = false;  // written before publication, then constant
   std::atomic<std::uint32_t> queued{0};          // bounded mailboxes only: messages not taken
   const std::uint32_t capacity;                  // 0: unbounded
   std::atomic<std::uint32_t> io_in_flight{0};    // > 0: never migrated (A5)
@@ -210,6 +215,21 @@ struct actor_cell {
   exit_reason halt_reason;
   // Charged by the running handler beyond the one reduction per message (actor_context).
   std::uint32_t extra_charge = 0;
+
+  // --- diagnostics (SPEC G1; actor_scheduler.hpp, "Diagnostics"): read by snapshots on any
+  // thread, while the cell is in its system's directory ---------------------------------------
+  std::string name;  // spawn_options::name: written before the actor is published, then constant
+  // User messages taken out of the mailbox and handled (owner). The mailbox length is
+  // messages_received - handled when pushes are counted, else taken - handled (a lower bound).
+  std::atomic<std::uint64_t> messages_taken{0};
+  std::atomic<std::uint64_t> messages_handled{0};
+  std::atomic<std::uint64_t> reductions_used{0};       // owner, added at the end of each run
+  std::atomic<std::uint32_t> mailbox_high_water{0};    // owner, sampled when it takes its mailbox
+  std::atomic<actor_id> supervisor{0};                 // set by the supervisor that started it
+  std::atomic<std::uint32_t> restarts{0};              // that child's starts before this one
+  actor_cell* directory_previous = nullptr;  // links in the system's directory (its lock)
+  actor_cell* directory_next = nullptr;
+  bool listed = false;                       // under the directory lock
 
   void add_reference() noexcept {
     references.fetch_add(1, std::memory_order_relaxed);  // relaxed: the caller already holds one

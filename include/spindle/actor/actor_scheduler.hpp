@@ -118,6 +118,7 @@
 #include <vector>
 
 #include "spindle/actor/actor_cell.hpp"
+#include "spindle/diagnostics/registry.hpp"
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/intrusive_list.hpp"
 #include "spindle/core/runnable.hpp"
@@ -291,8 +292,60 @@ struct actor_system_options {
   std::chrono::nanoseconds time_slice{0};
 };
 
+// One actor as a snapshot saw it (SPEC G1).
+struct actor_info {
+  actor_id id = 0;
+  std::string name;  // spawn_options::name (empty: unnamed)
+  actor_state state = actor_state::receiving;
+  std::uint32_t executor = 0;  // its home
+  // User messages queued and not yet handled: exact for bounded mailboxes and with
+  // diagnostics_options::exact_mailbox_lengths; otherwise those the actor took out of its
+  // mailbox and has not handled yet (a lower bound), `more_waiting` telling whether others wait.
+  std::uint64_t mailbox_length = 0;
+  bool mailbox_length_exact = false;
+  bool more_waiting = false;
+  std::uint32_t mailbox_high_water = 0;  // the longest its owner found it
+  std::uint32_t mailbox_capacity = 0;    // 0: unbounded
+  std::uint64_t messages_handled = 0;
+  std::uint64_t reductions = 0;  // used since it was spawned (A3)
+  actor_id supervisor = 0;       // 0: none
+  std::uint32_t restarts = 0;    // restarts of its child slot before this incarnation
+};
+
+// One supervisor and its children, as a snapshot saw them (the supervision tree: a child that
+// is itself a supervisor appears as a supervisor_info of its own whose `parent` names this one).
+struct supervisor_info {
+  actor_id id = 0;
+  std::string name;
+  actor_id parent = 0;  // its own supervisor (0: a root)
+  struct child {
+    std::string name;      // the child spec's name
+    actor_id actor = 0;    // the running incarnation (0: not running now)
+    std::uint32_t restarts = 0;  // times this child was started again
+    bool running = false;
+  };
+  std::vector<child> children;
+};
+
+namespace actor_detail {
+// What a supervisor keeps up to date for snapshots (supervisor.cpp); guarded by its system's
+// directory lock.
+struct supervisor_record {
+  actor_id id = 0;
+  std::vector<supervisor_info::child> children;
+};
+}  // namespace actor_detail
+
 // The actors of one runtime: a scheduler per executor (created on first use), ids, shutdown.
 // Created on first use by spawn_actor and owned by the runtime.
+//
+// Diagnostics. The directory lists every actor from spawn until it halts (an intrusive list
+// under `directory_lock_`; a cell stays alive while listed: the system's reference goes after
+// the halt that delists it), and every supervisor's record. The system registers two sections
+// in its runtime's diagnostics registry: "actors" (each actor's name, state, home, mailbox
+// length and high-water mark, reductions, supervisor, restarts) and "supervision_tree". A
+// snapshot holds the lock while it reads (atomics of the listed cells): spawns and halts wait
+// for it meanwhile, the actors' turns do not.
 class actor_system {
  public:
   actor_system(core::runtime_core& core, actor_system_options options);
@@ -352,6 +405,19 @@ class actor_system {
     return supervisor_restarts_.load(std::memory_order_relaxed);  // relaxed: a sample
   }
   void write_metrics(std::string& out) const;
+  // --- diagnostics (see above) ---------------------------------------------------------------
+  void enlist(actor_detail::actor_cell* cell);
+  void delist(actor_detail::actor_cell* cell) noexcept;
+  void add_supervisor_record(actor_detail::supervisor_record* record);
+  void remove_supervisor_record(actor_detail::supervisor_record* record) noexcept;
+  // Runs f() with the directory lock held (a supervisor updating its record).
+  template <class F>
+  void with_directory_locked(F&& f) {
+    std::lock_guard guard(directory_lock_);
+    f();
+  }
+  std::vector<actor_info> snapshot() const;
+  std::vector<supervisor_info> supervision_tree() const;
 
  private:
   core::runtime_core& core_;
@@ -368,6 +434,14 @@ class actor_system {
   std::atomic<std::uint64_t> supervisor_restarts_{0};
 
   void halt_supervision_trees() noexcept;
+  void register_sections();
+
+  mutable std::mutex directory_lock_;
+  actor_detail::actor_cell* directory_head_ = nullptr;          // under directory_lock_
+  std::vector<actor_detail::supervisor_record*> supervisors_;  // under directory_lock_
+  // Last: dropped first (waiting for a reader in progress).
+  diagnostics::registry::registration actors_section_;
+  diagnostics::registry::registration tree_section_;
 };
 
 // The actor system of the runtime whose worker calls (null elsewhere), and of a given core

@@ -17,6 +17,13 @@ struct diagnostics_options {
   // Events each executor's ring holds (rounded up to a power of two); the oldest are overwritten.
   std::uint32_t trace_events_per_executor = 1u << 16;
 
+  // --- G1 snapshot -----------------------------------------------------------------------------
+  // Exact mailbox lengths for unbounded actor mailboxes: every send counts itself (one relaxed
+  // read-modify-write per message, +15% on `spindle-bench pingpong`; docs/design/diagnostics.md,
+  // "Snapshot (G1)"). Off: a snapshot shows the messages the actor took out of its mailbox and
+  // has not handled yet, and whether more are waiting (bounded mailboxes are always exact).
+  bool exact_mailbox_lengths = false;
+
   // --- G2 metrics ------------------------------------------------------------------------------
   // Poll-time and wake-to-poll histograms per executor (core/executor_metrics.hpp). While on:
   // two TSC reads per poll and one per schedule (~12-33 ns per poll measured, diagnostics.md,

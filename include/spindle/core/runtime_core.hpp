@@ -297,6 +297,8 @@ class runtime_core final : public scheduler {
   std::uint64_t coarse_now_ns() const noexcept {
     return coarse_now_ns_.load(std::memory_order_relaxed);  // relaxed: a sample of the time
   }
+  // The coarse clock's word itself, for readers that keep its address (task records).
+  const std::atomic<std::uint64_t>& coarse_clock() const noexcept { return coarse_now_ns_; }
   std::uint64_t service_interval_ns() const noexcept { return service_interval_ns_; }
   // G2 metrics: whether executors record poll-time and wake-to-poll histograms and schedulers
   // stamp runnables (executor_metrics.hpp). Starts as options().diagnostics.histograms; any

@@ -23,8 +23,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <initializer_list>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "spindle/diagnostics/json_writer.hpp"
@@ -68,10 +70,18 @@ class registry {
   // `name` becomes the member's key in the snapshot's "sections" object; several contributors
   // may use the same name (their values are then gathered in an array under it).
   [[nodiscard]] registration add_snapshot_section(std::string name, snapshot_writer writer);
+  // One element of the array section `name` (several contributors of one kind, each
+  // dispatcher say): the section is an array even with a single element.
+  [[nodiscard]] registration add_snapshot_item(std::string name, snapshot_writer writer);
   [[nodiscard]] registration add_metrics(metrics_writer writer);
 
-  // Writes {"name": value, ...} for every snapshot section.
-  void write_snapshot_sections(json_writer& out) const;
+  // Writes {"name": value, ...} for every snapshot section, leaving out those named in `except`
+  // (snapshot_json puts "executors" and "tasks" at its top level).
+  void write_snapshot_sections(json_writer& out,
+                               std::initializer_list<std::string_view> except = {}) const;
+  // Writes the value of the section(s) called `name` (as write_snapshot_sections would under
+  // that key); false, writing nothing, when there is none.
+  bool write_snapshot_section(std::string_view name, json_writer& out) const;
   // Appends every metrics writer's lines.
   void write_metrics(std::string& out) const;
 
@@ -88,6 +98,7 @@ class registry {
     std::string name;  // empty for metrics writers
     snapshot_writer snapshot;
     metrics_writer metrics;
+    bool item = false;  // add_snapshot_item: always inside an array
   };
   void remove(std::uint64_t id) noexcept;
 

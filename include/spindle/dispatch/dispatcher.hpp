@@ -56,6 +56,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "spindle/dispatch/submission.hpp"
@@ -80,6 +81,8 @@ struct dispatcher_options {
   // (log_unobserved_exception). Keep it short (it may run on a worker); it must not throw
   // (std::terminate).
   std::function<void(std::exception_ptr)> on_unobserved_exception;
+  // Its name in diagnostics (the snapshot's "dispatchers" section, its worker tasks' names).
+  std::string name;
 };
 
 class dispatcher_closed : public std::runtime_error {
@@ -138,6 +141,8 @@ class dispatcher {
   // Its spindle_dispatcher_* families in the runtime's diagnostics registry (G2); declared after
   // shared_, which its writer reads: dropped first.
   diagnostics::registry::registration metrics_;
+  // The snapshot's "dispatchers" item (dropped first: before shared_).
+  diagnostics::registry::registration diagnostics_item_;
 };
 
 }  // namespace spindle

@@ -82,6 +82,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -98,6 +99,7 @@
 #include "spindle/task/task.hpp"
 #include "spindle/task/task_host.hpp"
 #include "spindle/task/task_slot.hpp"
+#include "spindle/task/snapshot.hpp"
 
 namespace spindle::embed {
 
@@ -120,6 +122,11 @@ struct embedded_options {
   // (SPINDLE_DIAGNOSTICS applies here too), strict warnings, and a tick over
   // tick_over_budget_factor x time_per_tick is an embedded_tick_over_budget warning.
   core::diagnostics_options diagnostics{};
+  // Diagnostics (task records' busy and scheduled times, SPEC G1): read the steady clock after
+  // every task run (about 20 ns each). Off: the records' clock advances at each execute phase
+  // (and after each run when time_per_tick is set, which reads the clock anyway), so a poll
+  // that starts and ends inside one phase reads as no time.
+  bool precise_task_times = false;
 };
 
 // Counters since construction. statistics() and has_ready_work() belong to the ticking thread
@@ -153,27 +160,28 @@ class embedded_executor final : private ::spindle::detail::task_host {
   // Any thread. The task runs in a later tick; the host is asked for one. Throws
   // runtime_stopped once the destructor began.
   template <class T>
-  join_handle<T> spawn(task<T> body) {
-    return ::spindle::detail::spawn_in(static_cast<::spindle::detail::task_host&>(*this), std::move(body));
+  join_handle<T> spawn(task<T> body, std::source_location where = std::source_location::current()) {
+    return ::spindle::detail::spawn_in(static_cast<::spindle::detail::task_host&>(*this),
+                                       std::move(body), where);
   }
   template <class F>
     requires(!::spindle::detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
-  auto spawn(F&& function) {
+  auto spawn(F&& function, std::source_location where = std::source_location::current()) {
     return ::spindle::detail::spawn_function_in(static_cast<::spindle::detail::task_host&>(*this),
-                                     std::decay_t<F>(std::forward<F>(function)));
+                                                std::decay_t<F>(std::forward<F>(function)), where);
   }
 
   // Spawns under a name (task/named_tasks.hpp): wait_named(name) in a task here waits for it.
   template <class T>
-  join_handle<T> spawn_named(std::string name, task<T> body) {
+  join_handle<T> spawn_named(std::string name, task<T> body, std::source_location where = std::source_location::current()) {
     return ::spindle::detail::spawn_named_in(static_cast<::spindle::detail::task_host&>(*this),
-                                             std::move(name), std::move(body));
+                                             std::move(name), std::move(body), where);
   }
   std::size_t live_named(const std::string& name) const { return names->live(name); }
   // Spawns as the new occupant of `slot` (task/task_slot.hpp), on this executor.
   template <class T>
-  join_handle<T> spawn_in_slot(task_slot& slot, task<T> body) {
-    return slot.submit(static_cast<::spindle::detail::task_host&>(*this), std::move(body));
+  join_handle<T> spawn_in_slot(task_slot& slot, task<T> body, std::source_location where = std::source_location::current()) {
+    return slot.submit(static_cast<::spindle::detail::task_host&>(*this), std::move(body), where);
   }
 
   // The host's thread: runs service and execute phases (see above). Throws usage_error when
@@ -208,6 +216,17 @@ class embedded_executor final : private ::spindle::detail::task_host {
 
   // The executor whose tick is running on this thread (null outside ticks).
   static embedded_executor* current() noexcept;
+
+  // Diagnostics (SPEC G1; task/snapshot.hpp). Any thread, inside a tick or not: copies the
+  // records of up to storage.size() live tasks into `storage` without allocating or locking
+  // (a scan of the task table's slots), and returns how many live tasks it found (more than
+  // storage.size() when the storage was too small: the rest were left out).
+  std::size_t snapshot(std::span<task_info> storage) const noexcept;
+  // The same as JSON with every contributor's section (allocates: not for a tick's budget).
+  std::string snapshot_json() const;
+  spindle::diagnostics::registry& diagnostics_registry() noexcept {
+    return task_host::diagnostics_registry;
+  }
 
  private:
   // An owner-only list of runnables linked through runnable::next (core/intrusive_list.hpp).
@@ -283,6 +302,17 @@ class embedded_executor final : private ::spindle::detail::task_host {
   void write_metrics(std::string& out) const;
   // Last: dropped first, before anything its writer reads.
   diagnostics::registry::registration metrics_;
+  // The tasks' record clock (task_host::record_clock): written by the ticking thread, read by
+  // any (a waker, a spawner, a snapshot).
+  std::atomic<std::uint64_t> record_clock_ns_{0};
+  void advance_record_clock(std::uint64_t now) noexcept {
+    record_clock_ns_.store(now, std::memory_order_relaxed);  // relaxed: a sample of the time
+  }
+  void (*phase_observer_)(void*, phase) = nullptr;
+  void* phase_context_ = nullptr;
+  // The snapshot's sections (last: dropped first, waiting for a reader in progress).
+  spindle::diagnostics::registry::registration executors_section_;
+  spindle::diagnostics::registry::registration tasks_section_;
 };
 
 }  // namespace spindle::embed

@@ -101,6 +101,7 @@ class channel {
     }
     bool await_suspend(std::coroutine_handle<> h) {
       return suspend_on(h, channel_.state_lock(), channel_.senders_,
+                        {wait_kind::channel_send, channel_.diagnostic_id_.get()},
                         [this](detail::wake_list& to_wake) { return try_send(to_wake); });
     }
     void await_resume() {
@@ -128,6 +129,7 @@ class channel {
     }
     bool await_suspend(std::coroutine_handle<> h) {
       return suspend_on(h, channel_.state_lock(), channel_.receivers_,
+                        {wait_kind::channel_receive, channel_.diagnostic_id_.get()},
                         [this](detail::wake_list& to_wake) { return try_receive(to_wake); });
     }
     std::optional<T> await_resume() {
@@ -259,6 +261,13 @@ class channel {
   std::size_t head_ = 0;   // under state_lock()
   std::size_t count_ = 0;  // under state_lock()
   bool closed_ = false;    // under state_lock()
+  // The snapshot's name for it ("channel#5"): taken on the first wait (task_record.hpp).
+ public:
+  // The number a snapshot names it by ("mutex#2"), taken now if no task waited on it yet.
+  std::uint32_t diagnostic_id() const noexcept { return diagnostic_id_.get(); }
+
+ private:
+  detail::lazy_object_id diagnostic_id_;
   detail::wait_queue senders_;    // under state_lock()
   detail::wait_queue receivers_;  // under state_lock()
 };

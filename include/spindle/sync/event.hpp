@@ -39,7 +39,8 @@ class event {
       return event_.is_set() && detail::cooperative_await::may_complete_inline();
     }
     bool await_suspend(std::coroutine_handle<> h) {
-      return suspend_on(h, event_.state_lock(), event_.waiters_, [this](detail::wake_list&) {
+      return suspend_on(h, event_.state_lock(), event_.waiters_,
+                        {wait_kind::event, event_.diagnostic_id_.get()}, [this](detail::wake_list&) {
         // relaxed: written only under the lock, which we hold.
         return event_.signalled_.load(std::memory_order_relaxed) ? outcome::done
                                                                  : outcome::none;
@@ -90,6 +91,13 @@ class event {
   std::mutex& state_lock() const noexcept { return detail::sync_lock_for(this); }
 
   std::atomic<bool> signalled_;  // written under state_lock()
+  // The snapshot's name for it ("channel#5"): taken on the first wait (task_record.hpp).
+ public:
+  // The number a snapshot names it by ("mutex#2"), taken now if no task waited on it yet.
+  std::uint32_t diagnostic_id() const noexcept { return diagnostic_id_.get(); }
+
+ private:
+  detail::lazy_object_id diagnostic_id_;
   detail::wait_queue waiters_;   // under state_lock()
 };
 

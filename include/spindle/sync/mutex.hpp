@@ -85,6 +85,7 @@ class mutex {
     }
     bool await_suspend(std::coroutine_handle<> h) {
       return suspend_on(h, mutex_.state_lock(), mutex_.waiters_,
+                        {wait_kind::mutex, mutex_.diagnostic_id_.get()},
                         [this](detail::wake_list&) { return try_take(); });
     }
     guard await_resume() {
@@ -130,6 +131,13 @@ class mutex {
   void hand_off(detail::wake_list& to_wake) noexcept;
 
   bool locked_ = false;         // under state_lock()
+  // The snapshot's name for it ("channel#5"): taken on the first wait (task_record.hpp).
+ public:
+  // The number a snapshot names it by ("mutex#2"), taken now if no task waited on it yet.
+  std::uint32_t diagnostic_id() const noexcept { return diagnostic_id_.get(); }
+
+ private:
+  detail::lazy_object_id diagnostic_id_;
   detail::wait_queue waiters_;  // under state_lock()
 };
 

@@ -58,6 +58,11 @@ struct oneshot_state {
   std::condition_variable thread_wakeup;  // blocking_receive waits here
   phase_kind phase = phase_kind::empty;   // under lock
   std::optional<T> value;                 // under lock
+  // The snapshot's name for it ("channel#5"): taken on the first wait (task_record.hpp).
+  lazy_object_id diagnostic_id;
+  // What the receiving task waits on, as a snapshot shows it (kind none: "oneshot#N"); the
+  // receiver's, set before it awaits (an actor's ask: "ask actor#N").
+  wait_descriptor described_as;
   wait_queue waiters;                     // under lock: at most one receiving task
   std::atomic<int> references{2};
 
@@ -144,6 +149,9 @@ class oneshot_receiver {
     }
     bool await_suspend(std::coroutine_handle<> h) {
       return suspend_on(h, state_.lock, state_.waiters,
+                        state_.described_as.kind != wait_kind::none
+                            ? state_.described_as
+                            : wait_descriptor{wait_kind::oneshot, state_.diagnostic_id.get()},
                         [this](detail::wake_list&) { return ready(); });
     }
     T await_resume() {
@@ -172,6 +180,8 @@ class oneshot_receiver {
   ~oneshot_receiver() { reset(); }
 
   bool valid() const noexcept { return state_ != nullptr; }
+  // Diagnostics: what a snapshot says the receiving task waits on (instead of "oneshot#N").
+  void describe_wait_as(const wait_descriptor& what) { checked().described_as = what; }
   // co_await rx -> T. Throws channel_closed if the sender was destroyed without sending,
   // usage_error if the value was already received or the handle is empty. Inside a spawned
   // task only (unless the value is already there). The receiver must outlive the await

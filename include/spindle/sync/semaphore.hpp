@@ -48,6 +48,7 @@ class semaphore {
     }
     bool await_suspend(std::coroutine_handle<> h) {
       return suspend_on(h, semaphore_.state_lock(), semaphore_.waiters_,
+                        {wait_kind::semaphore, semaphore_.diagnostic_id_.get()},
                         [this](detail::wake_list&) { return try_take(); });
     }
     void await_resume() { finish_wait(); }
@@ -119,6 +120,13 @@ class semaphore {
   }
 
   std::size_t available_;        // under state_lock()
+  // The snapshot's name for it ("channel#5"): taken on the first wait (task_record.hpp).
+ public:
+  // The number a snapshot names it by ("mutex#2"), taken now if no task waited on it yet.
+  std::uint32_t diagnostic_id() const noexcept { return diagnostic_id_.get(); }
+
+ private:
+  detail::lazy_object_id diagnostic_id_;
   detail::wait_queue waiters_;  // under state_lock()
 };
 

@@ -100,9 +100,11 @@ class sync_waiter : public cancellable_wait {
   // cooperative budget is used up (true), or links this waiter into `queue` and returns true
   // (suspend). A pending cancellation is delivered before anything is taken. Throws usage_error
   // outside a spawned task.
+  // `what`: what the task waits on, for the snapshot (task_record.hpp); its number is filled
+  // with the waiter's position in `queue` when it queues.
   template <class TryNow>
   bool suspend_on(std::coroutine_handle<> h, std::mutex& lock, wait_queue& queue,
-                  TryNow&& try_now);
+                  const wait_descriptor& what, TryNow&& try_now);
 
   // For await_resume: unregisters from the task, throws task_cancelled if cancelled, else
   // returns the outcome (done or closed).
@@ -183,11 +185,12 @@ bool sync_waiter::try_complete(std::mutex& lock, TryNow&& try_now) {
 
 template <class TryNow>
 bool sync_waiter::suspend_on(std::coroutine_handle<> h, std::mutex& lock, wait_queue& queue,
-                             TryNow&& try_now) {
+                             const wait_descriptor& what, TryNow&& try_now) {
   spawned_task_base* self = spawned_task_base::current();
   if (self == nullptr) throw usage_error("spindle: awaiting a sync primitive outside a task");
-  self->set_resume_point(h);
+  self->set_resume_point(h, what);
   if (!self->begin_registration()) {
+    self->continue_running();
     outcome_ = outcome::cancelled;  // cancelled before waiting: do not suspend
     return false;
   }
@@ -208,8 +211,10 @@ bool sync_waiter::suspend_on(std::coroutine_handle<> h, std::mutex& lock, wait_q
       suspended_ = true;
       outcome_ = outcome::queued;
       queue.push_back(this);
+      self->set_wait_position(queue.size());  // before the lock's release: no waker yet
     }
   } catch (...) {
+    self->continue_running();
     self->end_registration(nullptr);  // try_now threw (a payload's move): nothing is linked
     throw;
   }

@@ -192,12 +192,14 @@ class join_set {
   ~join_set() { close(); }
 
   // Spawns `body` on the current runtime (on a worker) / on `rt` (anywhere).
-  void spawn(task<T> body) {
+  void spawn(task<T> body, std::source_location where = std::source_location::current()) {
     spawn_into(detail::current_host_or_throw(
                    "spindle: join_set::spawn(task) outside a task or worker; pass the runtime"),
-               std::move(body));
+               std::move(body), where);
   }
-  void spawn(runtime& rt, task<T> body) { spawn_into(detail::state_of(rt), std::move(body)); }
+  void spawn(runtime& rt, task<T> body, std::source_location where = std::source_location::current()) {
+    spawn_into(detail::state_of(rt), std::move(body), where);
+  }
 
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
@@ -285,14 +287,14 @@ class join_set {
     if (core_ == nullptr) throw usage_error("spindle: join_set used after being moved from");
     return core_;
   }
-  void spawn_into(detail::task_host& state, task<T> body) {
+  void spawn_into(detail::task_host& state, task<T> body, const std::source_location& where) {
     detail::join_set_core* core = checked_core();
     detail::host_entry entry(state);  // as for any spawn from outside (task/runtime.hpp)
     if (entry.refused()) throw runtime_stopped();
     detail::join_set_child* child = detail::join_set_core::allocate_child();
     detail::spawned_task<T>* spawned;
     try {
-      spawned = detail::prepare_spawn(state, std::move(body));
+      spawned = detail::prepare_spawn(state, std::move(body), where);
     } catch (...) {
       detail::join_set_core::free_child(child);
       throw;

@@ -39,6 +39,7 @@
 namespace spindle {
 
 using runtime_options = core::runtime_options;
+struct runtime_snapshot;
 
 namespace detail {
 
@@ -50,6 +51,10 @@ struct runtime_state final : task_host {
   // until this state is destroyed (after `core`'s users: the writer reads `core`, declared
   // before it), so the final figures stay readable after shutdown().
   spindle::diagnostics::registry::registration executor_metrics;
+  // The snapshot's "executors" and "tasks" (task/snapshot.hpp); declared after `core`, so
+  // dropped (waiting for a reader in progress) before the core goes.
+  spindle::diagnostics::registry::registration executors_section;
+  spindle::diagnostics::registry::registration tasks_section;
   explicit runtime_state(std::uint32_t executors) : task_host(executors) {}
 
   // task_host
@@ -105,11 +110,12 @@ task_host* current_task_host() noexcept;
 // before this call until the task is scheduled: a shutdown's drain then waits for the schedule,
 // so the task runs or ends cancelled (issue 14, item 1).
 template <class T>
-spawned_task<T>* prepare_spawn(task_host& host, task<T> body) {
+spawned_task<T>* prepare_spawn(task_host& host, task<T> body,
+                               const std::source_location& where = std::source_location::current()) {
   if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
   if (host.stopping()) throw runtime_stopped();
   auto* spawned = spawned_task<T>::create(host, std::move(body));
-  spawned->enter_table();
+  spawned->enter_table(where);
   return spawned;
 }
 inline void schedule_prepared(task_host& host, spawned_task_base* spawned) noexcept {
@@ -125,11 +131,13 @@ inline void cancel_prepared(task_host& host, spawned_task_base* spawned) noexcep
 
 // spawn_in under a name (named_tasks.hpp): the name is live until the task completes.
 template <class T>
-join_handle<T> spawn_named_in(task_host& host, std::string name, task<T> body) {
+join_handle<T> spawn_named_in(task_host& host, std::string name, task<T> body,
+                              const std::source_location& where) {
   host_entry entry(host);
   if (entry.refused()) throw runtime_stopped();
   auto hook = std::make_unique<name_release_hook>(*host.names, name);
-  auto* spawned = prepare_spawn(host, std::move(body));
+  auto* spawned = prepare_spawn(host, std::move(body), where);
+  spawned->set_name(name);  // the snapshot's name (before the task is published)
   join_handle<T> handle(spawned);
   try {
     host.names->add(name);
@@ -150,10 +158,10 @@ join_handle<T> spawn_named_in(task_host& host, std::string name, task<T> body) {
 }
 
 template <class T>
-join_handle<T> spawn_in(task_host& state, task<T> body) {
+join_handle<T> spawn_in(task_host& state, task<T> body, const std::source_location& where) {
   host_entry entry(state);
   if (entry.refused()) throw runtime_stopped();
-  auto* spawned = prepare_spawn(state, std::move(body));
+  auto* spawned = prepare_spawn(state, std::move(body), where);
   schedule_prepared(state, spawned);
   return join_handle<T>(spawned);
 }
@@ -164,12 +172,12 @@ template <class T>
 inline constexpr bool is_task_v<task<T>> = true;
 
 template <class F>
-auto spawn_function_in(task_host& host, F function) {
+auto spawn_function_in(task_host& host, F function, const std::source_location& where) {
   using result = std::invoke_result_t<F&>;
   host_entry entry(host);  // as in prepare_spawn
   if (entry.refused() || host.stopping()) throw runtime_stopped();
   auto* spawned = spawned_function<result, F>::create(host, std::move(function));
-  spawned->enter_table();
+  spawned->enter_table(where);
   host.schedule(spawned, core::schedule_hint::spawn);
   return join_handle<result>(spawned);
 }
@@ -187,25 +195,25 @@ class runtime {
   // anywhere else to the less loaded of two random executors. Throws runtime_stopped after
   // shutdown began.
   template <class T>
-  join_handle<T> spawn(task<T> body) {
-    return detail::spawn_in(*state_, std::move(body));
+  join_handle<T> spawn(task<T> body, std::source_location where = std::source_location::current()) {
+    return detail::spawn_in(*state_, std::move(body), where);
   }
   // Spawns a plain callable as a task (its result, or exception, is the task's outcome).
   template <class F>
     requires(!detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
-  auto spawn(F&& function) {
-    return detail::spawn_function_in(*state_, std::decay_t<F>(std::forward<F>(function)));
+  auto spawn(F&& function, std::source_location where = std::source_location::current()) {
+    return detail::spawn_function_in(*state_, std::decay_t<F>(std::forward<F>(function)), where);
   }
   // Spawns under a name (task/named_tasks.hpp): wait_named(name) waits for it.
   template <class T>
-  join_handle<T> spawn_named(std::string name, task<T> body) {
-    return detail::spawn_named_in(*state_, std::move(name), std::move(body));
+  join_handle<T> spawn_named(std::string name, task<T> body, std::source_location where = std::source_location::current()) {
+    return detail::spawn_named_in(*state_, std::move(name), std::move(body), where);
   }
   // Live tasks spawned under `name` (a snapshot).
   std::size_t live_named(const std::string& name) const { return state_->names->live(name); }
   // Spawns on one specific executor (its inbox); the task runs there first.
   template <class T>
-  join_handle<T> spawn_on(std::uint32_t executor_index, task<T> body);
+  join_handle<T> spawn_on(std::uint32_t executor_index, task<T> body, std::source_location where = std::source_location::current());
 
   // Spawns and blocks the calling (plain) thread until the task finishes. From a worker or
   // inside a task it is a usage_error, raised before anything is spawned.
@@ -231,6 +239,17 @@ class runtime {
   // diagnostics.server_address or SPINDLE_DIAGNOSTICS), 0 when none is serving.
   std::uint16_t diagnostics_port() const noexcept;
 
+  // Diagnostics (SPEC G1, task/snapshot.hpp): every executor and live task, read while the
+  // runtime runs (it is not stopped; the copy is approximate, each record whole).
+  runtime_snapshot snapshot() const;
+  // The same as JSON, with every contributor's section (actors, dispatchers, ...):
+  // diagnostics::snapshot_json(diagnostics_registry()).
+  std::string snapshot_json() const;
+  // Where contributors register their sections and metrics (diagnostics/registry.hpp).
+  diagnostics::registry& diagnostics_registry() const noexcept {
+    return state_->diagnostics_registry;
+  }
+
   // Stops the runtime (see above). Idempotent; the destructor calls it.
   void shutdown() noexcept;
 
@@ -250,11 +269,12 @@ task_host& current_host_or_throw(
 }  // namespace detail
 
 template <class T>
-join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body) {
+join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body,
+                                 std::source_location where) {
   if (executor_index >= executor_count()) throw usage_error("spindle: no such executor");
   detail::host_entry entry(*state_);
   if (entry.refused()) throw runtime_stopped();
-  auto* spawned = detail::prepare_spawn(*state_, std::move(body));
+  auto* spawned = detail::prepare_spawn(*state_, std::move(body), where);
   state_->core->schedule_on(executor_index, spawned);
   return join_handle<T>(spawned);
 }
@@ -262,18 +282,24 @@ join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body) {
 // Spawns onto what runs the calling task (its runtime, or its embedded executor), or onto the
 // runtime of the calling worker thread. Throws usage_error anywhere else.
 template <class T>
-join_handle<T> spawn(task<T> body) {
+join_handle<T> spawn(task<T> body, std::source_location where = std::source_location::current()) {
   detail::task_host* host = detail::current_task_host();
   if (host == nullptr) throw usage_error("spindle::spawn called outside a task or runtime worker");
-  return detail::spawn_in(*host, std::move(body));
+  return detail::spawn_in(*host, std::move(body), where);
 }
 
 // spawn() under a name (task/named_tasks.hpp).
 template <class T>
-join_handle<T> spawn_named(std::string name, task<T> body) {
+join_handle<T> spawn_named(std::string name, task<T> body, std::source_location where = std::source_location::current()) {
   return detail::spawn_named_in(
       detail::current_host_or_throw("spindle::spawn_named called outside a task or runtime worker"),
-      std::move(name), std::move(body));
+      std::move(name), std::move(body), where);
+}
+
+// Names the task running on this thread, for snapshots (at most task_name_capacity bytes are
+// kept). No effect outside a spawned task.
+inline void set_task_name(std::string_view name) noexcept {
+  if (detail::spawned_task_base* t = detail::spawned_task_base::current()) t->set_name(name);
 }
 
 }  // namespace spindle

@@ -46,6 +46,8 @@
 #include <coroutine>
 #include <cstdint>
 #include <exception>
+#include <source_location>
+#include <string_view>
 
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/clock.hpp"
@@ -54,6 +56,7 @@
 #include "spindle/core/trace.hpp"
 #include "spindle/task/cancellation.hpp"
 #include "spindle/task/task_host.hpp"
+#include "spindle/task/task_record.hpp"
 #include "spindle/task/task_table.hpp"
 
 namespace spindle {
@@ -87,6 +90,11 @@ enum class task_status { pending, completed, failed, cancelled };
 
 namespace detail {
 
+class spawned_task_base;
+// The task running on this thread (spawned_task_base::run_entry sets it).
+inline thread_local spawned_task_base* current_task = nullptr;
+inline bool current_task_is(const spawned_task_base* t) noexcept { return current_task == t; }
+
 class spawned_task_base : public core::runnable {
  public:
   enum : std::uint32_t {
@@ -104,8 +112,25 @@ class spawned_task_base : public core::runnable {
   enum class outcome_kind : std::uint8_t { value, exception, cancelled };
 
   // --- used by awaiters, on the thread running this task -----------------------------------
-  // Records where to resume when the task is next scheduled.
-  void set_resume_point(std::coroutine_handle<> h) noexcept { resume_point_ = h; }
+  // Records where to resume when the task is next scheduled, and, for the snapshot, that the
+  // task suspends on `what` (task_record.hpp). Called before registering with whatever wakes it.
+  void set_resume_point(std::coroutine_handle<> h, const wait_descriptor& what = {}) noexcept {
+    resume_point_ = h;
+    if (record_ != nullptr) record_->on_suspend(what, record_now_ns(host_->record_clock));
+  }
+  // An await that called set_resume_point completed without suspending: the task runs on.
+  void continue_running() noexcept {
+    if (record_ != nullptr) record_->on_continue();
+  }
+  // The snapshot's queue position of a waiter that just queued (under the primitive's lock, so
+  // before any waker can see it).
+  void set_wait_position(std::uint64_t position) noexcept {
+    if (record_ != nullptr) record_->wait_number.store(position, std::memory_order_relaxed);
+  }
+  // Renames the task in its record (set_task_name): the running task only.
+  void set_name(std::string_view name) noexcept {
+    if (record_ != nullptr) record_->set_name(name);
+  }
   bool cancellation_requested() const noexcept {
     // relaxed: a hint; an await that acts on it re-checks under the task lock.
     return (flags_.load(std::memory_order_relaxed) & (cancel_requested | shielded)) ==
@@ -122,10 +147,18 @@ class spawned_task_base : public core::runnable {
   // Wakes the task (schedules it). Exactly once per suspension, by whoever won the wait.
   void wake() noexcept {
     core::trace_event(core::trace_kind::wake, trace_id());
+    // A task woken while it runs (it registered, then what it waits on was ready at once) wakes
+    // itself; record_ is valid: the task is suspended (or running) until this schedule.
+    if (record_ != nullptr) {
+      record_->on_wake(current_task_is(this), record_now_ns(host_->record_clock));
+    }
     host_->schedule(this, core::schedule_hint::wake);
   }
   // Reschedules the running task behind other runnables (yield_now, cooperative budget).
-  void yield_to_scheduler() noexcept { host_->schedule(this, core::schedule_hint::yield); }
+  void yield_to_scheduler() noexcept {
+    if (record_ != nullptr) record_->on_wake(true, record_now_ns(host_->record_clock));
+    host_->schedule(this, core::schedule_hint::yield);
+  }
   // What runs this task (the runtime or an embedded executor): its timers, clock, spawns.
   task_host& host() const noexcept { return *host_; }
 
@@ -156,6 +189,8 @@ class spawned_task_base : public core::runnable {
     table_->insert(this, host_->table_shard(), id_);
     core::trace_event(core::trace_kind::spawn, trace_id());
   }
+  // Records where it was spawned (`where`) and by which task (the one running on this thread).
+  void enter_table(const std::source_location& where = std::source_location::current());
 
   // --- used by the root coroutine's final suspend ------------------------------------------
   // The root finished: completes the task, or first runs its tidy destructors (T4).
@@ -210,13 +245,12 @@ class spawned_task_base : public core::runnable {
   destroy_function destroy_;
   frame_function destroy_frame_;
   task_table* table_ = nullptr;  // where this task has its slot, until completion
+  task_record* record_ = nullptr;  // its slot's record, until completion (task_record.hpp)
   task_id id_;
   task_extras* extras_ = nullptr;  // what few tasks use (tidy, hooks): made on first use
   task_extras& extras();
 };
 
-// The task running on this thread (spawned_task_base::run_entry sets it).
-inline thread_local spawned_task_base* current_task = nullptr;
 inline spawned_task_base* spawned_task_base::current() noexcept { return current_task; }
 
 // Cooperative budget (C6): how many awaits a task may complete without suspending before it must
@@ -301,11 +335,15 @@ struct cooperative_await {
   // may_complete_inline): true (suspended) after yield() if the budget is used up; false (go on
   // at once) otherwise.
   static bool yield_if_exhausted(spawned_task_base& task, std::coroutine_handle<> h) noexcept {
-    return cooperative_budget_left == 0 && yield(task, h);
+    if (cooperative_budget_left == 0) return yield(task, h);
+    task.continue_running();
+    return false;
   }
   // As yield_if_exhausted, for an await not counted yet (its await_ready is always false).
   static bool complete_inline(spawned_task_base& task, std::coroutine_handle<> h) noexcept {
-    return consume_cooperative_budget() && yield(task, h);
+    if (consume_cooperative_budget()) return yield(task, h);
+    task.continue_running();
+    return false;
   }
   // The budget's yield: reschedules `task` with the yield hint, to resume at `resume_at` after
   // what its executor has queued. Returns true (the caller's await_suspend suspends) and must be
@@ -313,6 +351,7 @@ struct cooperative_await {
   static bool yield(spawned_task_base& task, std::coroutine_handle<> resume_at) noexcept {
     task.set_resume_point(resume_at);
     core::metrics::record_forced_yield();  // before the reschedule: `task` may run elsewhere
+    task.set_resume_point(resume_at, {wait_kind::yield});
     task.yield_to_scheduler();
     return true;
   }

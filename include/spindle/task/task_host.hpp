@@ -18,6 +18,7 @@
 // runtime for code that runs outside any task (an actor's handler, a plain spawn from a worker).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -66,6 +67,11 @@ class task_host : public core::scheduler {
   // Shutdown (the host's last step, once nothing runs its tasks any more): abandons every task
   // still in the table (destroys its frames, records "cancelled"), until none is left.
   void abandon_all() noexcept;
+
+  // The clock of its tasks' records (task_record.hpp): one relaxed load on any thread. The
+  // runtime's coarse clock; an embedded executor's own, advanced by its ticks. Null: the steady
+  // clock is read.
+  const std::atomic<std::uint64_t>* record_clock = nullptr;
 
   // What the parts above the task layer contribute to this host's snapshot and metrics
   // (diagnostics/registry.hpp). Declared first, so destroyed last: contributors are gone by then.

@@ -16,6 +16,14 @@
 // A slot's serial is incremented on release, so (index, serial) ids are never reused while the
 // 32-bit serial does not wrap for one slot.
 //
+// Records (task_record.hpp). Each slot also holds its task's record, which outlives the task (slots
+// live as long as the host), so a snapshot reads it on any thread while the task runs. A reader
+// validates what it copied seqlock style: it reads the serial and `task` (acquire), the fields
+// (relaxed), then, after an acquire fence, the serial and `task` again; a change means the task
+// completed (and the slot may hold another task): the copy is dropped. The writer side: insert
+// issues a release fence between the slot's previous release (the serial's advance in erase) and
+// the new occupant's field stores, so a reader that sees any new field sees the serial moved.
+//
 // Concurrency contract: `task` and `serial` of an occupied slot are written by the allocating
 // thread before the task is published to any queue (the queue's release orders them), and the
 // task's own id (and table pointer) before `task` (release): the shutdown scan, which runs after
@@ -29,15 +37,9 @@
 #include <mutex>
 
 #include "spindle/core/atomic.hpp"
+#include "spindle/task/task_record.hpp"
 
 namespace spindle {
-
-// Generational id of a spawned task: the slot it occupies and that slot's serial.
-struct task_id {
-  std::uint32_t index = ~0u;
-  std::uint32_t serial = 0;
-  friend bool operator==(const task_id&, const task_id&) = default;
-};
 
 namespace detail {
 
@@ -57,7 +59,11 @@ class task_table {
 
   // Occupies a slot for `t` (shard: the calling executor, or the foreign shard). Writes its id to
   // `id` before `t` becomes visible in the slot: a scan that finds `t` finds it knowing its id.
-  void insert(spawned_task_base* t, std::int32_t executor_index, task_id& id);
+  // Fills the slot's record (spawn location, parent, creation time) before publishing `t`, and
+  // returns the record, which the task updates while it lives.
+  task_record& insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
+                      const std::source_location& where, std::uint64_t parent,
+                      std::uint64_t now_ns);
   // Frees the slot of id (its serial advances). `executor_index` is the caller's (or -1).
   void erase(task_id id, std::int32_t executor_index) noexcept;
   // True if `id` still names a live task.
@@ -78,6 +84,15 @@ class task_table {
   // by a scan that only compares pointers (r itself is never dereferenced: it may be gone).
   // False if no slot holds it. The caller confirms that `r` stayed alive across the call.
   bool find_runnable(const void* r, task_id& id) const noexcept;
+  // Snapshot readers (any thread, while the host runs): copies the record of the task in slot
+  // `index` into `out` if the slot is occupied and stayed so throughout (see "Records").
+  // `now_ns`: the record clock's now (task_record.hpp), for ages.
+  bool read_record(std::uint32_t index, task_info& out, std::uint64_t now_ns) const noexcept;
+  // Slots that may be occupied: [0, slot_capacity()).
+  std::uint32_t slot_capacity() const noexcept {
+    // acquire: the chunks below the count are published.
+    return chunk_count_.load(std::memory_order_acquire) * chunk_slots;
+  }
   // Occupied slots, by a scan: exact once workers stopped, a snapshot while they run.
   std::size_t live_count() const noexcept;
 
@@ -87,6 +102,7 @@ class task_table {
     std::atomic<spawned_task_base*> task{nullptr};
     std::atomic<std::uint32_t> serial{0};
     std::uint32_t next_free = no_slot;  // link in a free list / returned stack
+    task_record record;  // see "Records"
   };
   struct chunk {
     slot slots[chunk_slots];

@@ -1,0 +1,77 @@
+// The task layer's part of the snapshot (SPEC G1; docs/design/diagnostics.md, "Snapshot (G1)"):
+// executors and live tasks, as a structured copy (runtime::snapshot, for tests and spindle-top)
+// and as the "executors" and "tasks" sections of the host's registry (diagnostics::
+// snapshot_json), registered when a runtime or an embedded executor is created.
+//
+// A snapshot never stops the runtime: it scans the task table's slots (task_table.hpp, "Records")
+// and reads executor counters, all atomics; a task that completes while it is read is left out.
+// Cost: docs/design/diagnostics.md (about 10^5 tasks in a few milliseconds).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "spindle/diagnostics/json_writer.hpp"
+#include "spindle/diagnostics/registry.hpp"
+#include "spindle/task/task_record.hpp"
+#include "spindle/task/task_table.hpp"
+
+namespace spindle {
+
+namespace core {
+class runtime_core;
+}
+
+struct executor_info {
+  std::uint32_t index = 0;
+  std::int32_t cpu = -1;            // the CPU it last ran on (-1: unknown)
+  double utilisation = 0;           // busy share over the monitor's last window, 0..1
+  std::uint32_t load = 0;           // queued work as placement counts it
+  bool in_long_runnable = false;    // inside one runnable for longer than long_runnable_after
+  std::uint64_t runnables_run = 0;
+  std::uint64_t steals = 0;
+  std::uint64_t parks = 0;
+  std::uint64_t budget_exhaustions = 0;
+  std::uint64_t timers_fired = 0;
+  std::uint64_t tasks = 0;  // live tasks it polled last (filled by runtime::snapshot)
+};
+
+struct runtime_snapshot {
+  std::uint64_t taken_at_ns = 0;  // steady-clock nanoseconds
+  std::vector<executor_info> executors;
+  std::vector<task_info> tasks;
+  // The first task of that name, or null.
+  const task_info* find_task(std::string_view name) const noexcept;
+  const task_info* find_task(task_id id) const noexcept;
+};
+
+namespace detail {
+
+// Every live task's record, by a scan; `f(const task_info&)`. Returns how many were visited.
+template <class F>
+std::size_t for_each_task_record(const task_table& table, F&& f) {
+  const std::uint64_t now = core::monotonic_nanoseconds();
+  const std::uint32_t slots = table.slot_capacity();
+  std::size_t visited = 0;
+  task_info info;
+  for (std::uint32_t i = 0; i < slots; ++i) {
+    if (table.read_record(i, info, now)) {
+      f(static_cast<const task_info&>(info));
+      ++visited;
+    }
+  }
+  return visited;
+}
+
+void collect_executors(const core::runtime_core& core, std::vector<executor_info>& out);
+void write_task_json(diagnostics::json_writer& out, const task_info& task);
+void write_executor_json(diagnostics::json_writer& out, const executor_info& executor);
+// Registers a table's "tasks" section (and, with a core, its "executors" section).
+diagnostics::registry::registration register_tasks_section(diagnostics::registry& registry,
+                                                           const task_table& table);
+diagnostics::registry::registration register_executors_section(
+    diagnostics::registry& registry, const core::runtime_core& core);
+
+}  // namespace detail
+}  // namespace spindle
