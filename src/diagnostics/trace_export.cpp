@@ -42,7 +42,7 @@ std::string hex_id(std::uint64_t id) {
 }
 
 std::string task_name(std::uint64_t id) {
-  return "task " + std::to_string(std::uint32_t(id)) + "." + std::to_string(id >> 32);
+  return "task " + std::to_string(id >> 32) + "." + std::to_string(std::uint32_t(id));
 }
 
 // One event of the output, before serialisation (sorted by time first).
@@ -168,7 +168,7 @@ std::string instant_args(const trace_record_view& e) {
     case trace_kind::spawn:
     case trace_kind::wake:
     case trace_kind::task_end:
-      w.member("task", std::uint64_t(std::uint32_t(e.id))).member("serial", e.id >> 32);
+      w.member("task", e.id >> 32).member("serial", std::uint64_t(std::uint32_t(e.id)));
       if (e.kind == trace_kind::task_end) w.member("outcome", std::uint64_t(e.aux));
       break;
     case trace_kind::actor_send:
@@ -262,8 +262,8 @@ std::string chrome_trace_json(const core::trace_capture& capture) {
           x.tid = tid;
           x.name = "poll " + task_name(s.id);
           x.category = "task";
-          x.args = "{\"task\":" + std::to_string(std::uint32_t(s.id)) +
-                   ",\"serial\":" + std::to_string(s.id >> 32) +
+          x.args = "{\"task\":" + std::to_string(s.id >> 32) +
+                   ",\"serial\":" + std::to_string(std::uint32_t(s.id)) +
                    ",\"local_queue_depth\":" + std::to_string(s.depth) + "}";
           if (auto it = flows.in.find({r, s.index}); it != flows.in.end()) {
             x.flow = it->second;
@@ -331,8 +331,8 @@ std::string chrome_trace_json(const core::trace_capture& capture) {
         x.tid = tid;
         x.name = "poll " + task_name(s.id);
         x.category = "task";
-        x.args = "{\"task\":" + std::to_string(std::uint32_t(s.id)) +
-                 ",\"serial\":" + std::to_string(s.id >> 32) + ",\"unfinished\":true}";
+        x.args = "{\"task\":" + std::to_string(s.id >> 32) +
+                 ",\"serial\":" + std::to_string(std::uint32_t(s.id)) + ",\"unfinished\":true}";
         if (auto it = flows.in.find({r, s.index}); it != flows.in.end()) {
           x.flow = it->second;
           x.flow_in = true;

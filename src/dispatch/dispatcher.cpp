@@ -136,6 +136,8 @@ void dispatcher_shared::write_metrics(std::string& out, std::string_view id) con
   w.family("spindle_dispatcher_running", diagnostics::metric_type::gauge,
            "Submissions accepted, no longer queued and not complete.");
   w.sample("spindle_dispatcher_running", labels, open > queued ? open - queued : 0);
+}
+
 void dispatcher_shared::write_diagnostics(diagnostics::json_writer& out) const {
   std::uint64_t queued = run_queue_.size();
   for (const auto& shard : shards_) queued += shard->size();

@@ -59,11 +59,12 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
         out.member("index", 0).member("kind", "embedded");
         out.end_object().end_array();
       });
-  metrics_ = diagnostics_registry.add_metrics([this](std::string& out) { write_metrics(out); });
+  metrics_ = task_host::diagnostics_registry.add_metrics(
+      [this](std::string& out) { write_metrics(out); });
   trace_ = std::make_shared<core::trace_recorder>(1, options_.diagnostics);
   trace_->set_thread_label("embedded executor");
   trace_->attach(nullptr, 0);
-  diagnostics_registry.set_trace_source(trace_);
+  task_host::diagnostics_registry.set_trace_source(trace_);
   core::add_frame_cache_share(options_.frame_cache_bytes);
   // The live view (task/live_view.hpp); it never throws: nothing below throws.
   live_view = ::spindle::detail::start_live_view(*this, nullptr, options_.diagnostics,

@@ -34,6 +34,7 @@ void spawned_task_base::enter_table(const std::source_location& where) {
                             parent != nullptr ? pack_task_id(parent->id_.index, parent->id_.serial)
                                               : no_parent,
                             record_now_ns(host_->record_clock));
+  core::trace_event(core::trace_kind::spawn, trace_id());
 }
 
 void spawned_task_base::run_entry(core::runnable* self) noexcept {

@@ -134,7 +134,7 @@ TEST(MetricsExposition, AnEmbeddedExecutorPassesPromtool) {
   auto h = executor.spawn(immediate());
   host.run_until_idle(executor);
   ASSERT_EQ(h.join(), 1);
-  const std::string text = spindle::diagnostics::metrics_text(executor.diagnostics());
+  const std::string text = spindle::diagnostics::metrics_text(executor.diagnostics_registry());
   const command_result check = promtool_check(text, "spindle_embedded_metrics.txt");
   EXPECT_EQ(check.exit_code, 0) << check.output << "\n" << text;
   EXPECT_EQ(check.output, "") << "promtool reported problems:\n" << check.output;

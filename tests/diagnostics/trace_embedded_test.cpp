@@ -32,15 +32,15 @@ TEST(TraceEmbedded, TicksAreTracedOnTheEmbeddedExecutorsThread) {
   spindle::testing::test_host host;
   spindle::embed::embedded_executor executor(host);
   // Off by default: nothing recorded.
-  EXPECT_FALSE(spindle::diagnostics::tracing(executor.diagnostics()));
-  ASSERT_TRUE(spindle::diagnostics::set_tracing(executor.diagnostics(), true));
+  EXPECT_FALSE(spindle::diagnostics::tracing(executor.diagnostics_registry()));
+  ASSERT_TRUE(spindle::diagnostics::set_tracing(executor.diagnostics_registry(), true));
   auto h = executor.spawn(parent());
   host.run_until_idle(executor);
   host.advance(1ms);
   host.run_until_idle(executor);
   ASSERT_TRUE(h.is_finished());
   EXPECT_EQ(h.join(), 3);
-  const json trace = json::parse(spindle::diagnostics::trace_json(executor.diagnostics(), 0ms));
+  const json trace = json::parse(spindle::diagnostics::trace_json(executor.diagnostics_registry(), 0ms));
   std::map<std::string, int> on_executor;  // first word of the name -> count, on tid 1
   bool named = false;
   for (const json& e : trace.at("traceEvents")) {
@@ -56,7 +56,7 @@ TEST(TraceEmbedded, TicksAreTracedOnTheEmbeddedExecutorsThread) {
   EXPECT_GE(on_executor["poll"], 5);   // parent twice at least, each leaf twice (sleep)
   EXPECT_EQ(on_executor["spawn"], 2);  // the leaves, spawned inside the tick
   EXPECT_EQ(on_executor["timer"], 2);
-  ASSERT_TRUE(spindle::diagnostics::set_tracing(executor.diagnostics(), false));
+  ASSERT_TRUE(spindle::diagnostics::set_tracing(executor.diagnostics_registry(), false));
 }
 
 }  // namespace

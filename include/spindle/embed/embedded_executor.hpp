@@ -197,13 +197,6 @@ class embedded_executor final : private ::spindle::detail::task_host {
   // The TCP port of this executor's live view (embedded_options::diagnostics or
   // SPINDLE_DIAGNOSTICS), 0 when none is serving. Any thread.
   std::uint16_t diagnostics_port() const noexcept;
-  // What this executor hands its diagnostics readers (diagnostics/registry.hpp):
-  // diagnostics::metrics_text, diagnostics::snapshot_json, diagnostics::set_tracing(ex.diagnostics(),
-  // true), diagnostics::trace_json(ex.diagnostics(), ms). Any thread.
-  spindle::diagnostics::registry& diagnostics() noexcept { return diagnostics_registry; }
-  const spindle::diagnostics::registry& diagnostics() const noexcept {
-    return diagnostics_registry;
-  }
   // For tests and diagnostics: called at the start of every phase (ticking thread); null: off.
   void set_phase_observer(void (*observer)(void* context, phase), void* context) noexcept {
     phase_observer_ = observer;
@@ -224,7 +217,13 @@ class embedded_executor final : private ::spindle::detail::task_host {
   std::size_t snapshot(std::span<task_info> storage) const noexcept;
   // The same as JSON with every contributor's section (allocates: not for a tick's budget).
   std::string snapshot_json() const;
+  // What this executor hands its diagnostics readers (diagnostics/registry.hpp), any thread:
+  // diagnostics::metrics_text, diagnostics::snapshot_json, diagnostics::set_tracing(registry,
+  // true), diagnostics::trace_json(registry, ms).
   spindle::diagnostics::registry& diagnostics_registry() noexcept {
+    return task_host::diagnostics_registry;
+  }
+  const spindle::diagnostics::registry& diagnostics_registry() const noexcept {
     return task_host::diagnostics_registry;
   }
 
@@ -300,16 +299,14 @@ class embedded_executor final : private ::spindle::detail::task_host {
   published_statistics published_;
   void publish_statistics() noexcept;
   void write_metrics(std::string& out) const;
-  // Last: dropped first, before anything its writer reads.
-  diagnostics::registry::registration metrics_;
+  // Late: dropped before anything its writer reads.
+  ::spindle::diagnostics::registry::registration metrics_;
   // The tasks' record clock (task_host::record_clock): written by the ticking thread, read by
   // any (a waker, a spawner, a snapshot).
   std::atomic<std::uint64_t> record_clock_ns_{0};
   void advance_record_clock(std::uint64_t now) noexcept {
     record_clock_ns_.store(now, std::memory_order_relaxed);  // relaxed: a sample of the time
   }
-  void (*phase_observer_)(void*, phase) = nullptr;
-  void* phase_context_ = nullptr;
   // The snapshot's sections (last: dropped first, waiting for a reader in progress).
   spindle::diagnostics::registry::registration executors_section_;
   spindle::diagnostics::registry::registration tasks_section_;

@@ -181,14 +181,10 @@ class spawned_task_base : public core::runnable {
   void release() noexcept;
   outcome_kind outcome() const noexcept { return outcome_; }
   task_id id() const noexcept { return id_; }
-  // The id as trace events carry it (core/trace.hpp): serial << 32 | slot index.
-  std::uint64_t trace_id() const noexcept { return std::uint64_t(id_.serial) << 32 | id_.index; }
+  // The id as trace events, snapshots and warnings carry it: slot index << 32 | serial
+  // (pack_task_id, task_record.hpp).
+  std::uint64_t trace_id() const noexcept { return std::uint64_t(id_.index) << 32 | id_.serial; }
   // Occupies a slot in the host's table (before the task is first scheduled).
-  void enter_table() {
-    table_ = &host_->tasks;
-    table_->insert(this, host_->table_shard(), id_);
-    core::trace_event(core::trace_kind::spawn, trace_id());
-  }
   // Records where it was spawned (`where`) and by which task (the one running on this thread).
   void enter_table(const std::source_location& where = std::source_location::current());
 
