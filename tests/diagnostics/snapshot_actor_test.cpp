@@ -22,6 +22,7 @@ using spindle::testing::eventually;
 // the actor's worker is busy meanwhile, which is the point: its mailbox fills up).
 struct gate_keeper {
   using message_type = int;
+  explicit gate_keeper(std::atomic<bool>* r) : release(r) {}
   std::atomic<bool>* release;
   bool first = true;
   void receive(int) {
