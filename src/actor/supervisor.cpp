@@ -22,8 +22,8 @@ class supervisor_behaviour {
   using context = actor_context<supervisor_message>;
 
   supervisor_behaviour(supervisor_spec spec, supervision_plan plan)
-      : spec_(std::move(spec)), plan_(std::move(plan)), children_(spec_.children.size()),
-        starts_(spec_.children.size(), 0) {}
+      : spec_(std::move(spec)), plan_(std::move(plan)), starts_(spec_.children.size(), 0),
+        children_(spec_.children.size()) {}
   supervisor_behaviour(const supervisor_behaviour&) = delete;
   supervisor_behaviour& operator=(const supervisor_behaviour&) = delete;
   ~supervisor_behaviour() {

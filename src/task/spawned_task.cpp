@@ -27,7 +27,7 @@ spawned_task_base::spawned_task_base(task_host& host, std::coroutine_handle<> ro
   vtable = &table;
 }
 
-void spawned_task_base::enter_table(const std::source_location& where) {
+void spawned_task_base::enter_table(const spawn_location& where) {
   table_ = &host_->tasks;
   const spawned_task_base* parent = current_task;
   record_ = &table_->insert(this, host_->table_shard(), id_, where,

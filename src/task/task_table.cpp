@@ -49,7 +49,7 @@ std::uint32_t task_table::allocate_slot(std::uint32_t shard) {
 }
 
 task_record& task_table::insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
-                                const std::source_location& where, std::uint64_t parent,
+                                const spawn_location& where, std::uint64_t parent,
                                 std::uint64_t now_ns) {
   const bool foreign = executor_index < 0 || std::uint32_t(executor_index) >= executors_;
   const std::uint32_t shard = foreign ? executors_ : std::uint32_t(executor_index);

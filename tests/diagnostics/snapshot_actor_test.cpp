@@ -22,6 +22,7 @@ using spindle::testing::eventually;
 // the actor's worker is busy meanwhile, which is the point: its mailbox fills up).
 struct gate_keeper {
   using message_type = int;
+  explicit gate_keeper(std::atomic<bool>* r) : release(r) {}
   std::atomic<bool>* release;
   bool first = true;
   void receive(int) {
@@ -184,7 +185,14 @@ TEST(SnapshotActors, TheSupervisionTreeShowsChildrenAndTheirRestartCounts) {
   EXPECT_EQ(restarted->supervisor, sup.id());
   EXPECT_EQ(find_actor(snap, "cache")->restarts, 0u);
 
-  const std::vector<spindle::supervisor_info> tree = actors.supervision_tree();
+  // The supervisor updates its record once the factory returned: the new incarnation may be
+  // listed among the actors a moment before.
+  std::vector<spindle::supervisor_info> tree;
+  ASSERT_TRUE(eventually([&] {
+    tree = actors.supervision_tree();
+    return tree.size() == 1 && tree[0].children.size() == 2 && tree[0].children[0].running &&
+           tree[0].children[0].actor != first_db;
+  }));
   ASSERT_EQ(tree.size(), 1u);
   EXPECT_EQ(tree[0].id, sup.id());
   EXPECT_EQ(tree[0].name, "root");

@@ -160,27 +160,27 @@ class embedded_executor final : private ::spindle::detail::task_host {
   // Any thread. The task runs in a later tick; the host is asked for one. Throws
   // runtime_stopped once the destructor began.
   template <class T>
-  join_handle<T> spawn(task<T> body, std::source_location where = std::source_location::current()) {
+  join_handle<T> spawn(task<T> body, spawn_location where = spawn_location::current()) {
     return ::spindle::detail::spawn_in(static_cast<::spindle::detail::task_host&>(*this),
                                        std::move(body), where);
   }
   template <class F>
     requires(!::spindle::detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
-  auto spawn(F&& function, std::source_location where = std::source_location::current()) {
+  auto spawn(F&& function, spawn_location where = spawn_location::current()) {
     return ::spindle::detail::spawn_function_in(static_cast<::spindle::detail::task_host&>(*this),
                                                 std::decay_t<F>(std::forward<F>(function)), where);
   }
 
   // Spawns under a name (task/named_tasks.hpp): wait_named(name) in a task here waits for it.
   template <class T>
-  join_handle<T> spawn_named(std::string name, task<T> body, std::source_location where = std::source_location::current()) {
+  join_handle<T> spawn_named(std::string name, task<T> body, spawn_location where = spawn_location::current()) {
     return ::spindle::detail::spawn_named_in(static_cast<::spindle::detail::task_host&>(*this),
                                              std::move(name), std::move(body), where);
   }
   std::size_t live_named(const std::string& name) const { return names->live(name); }
   // Spawns as the new occupant of `slot` (task/task_slot.hpp), on this executor.
   template <class T>
-  join_handle<T> spawn_in_slot(task_slot& slot, task<T> body, std::source_location where = std::source_location::current()) {
+  join_handle<T> spawn_in_slot(task_slot& slot, task<T> body, spawn_location where = spawn_location::current()) {
     return slot.submit(static_cast<::spindle::detail::task_host&>(*this), std::move(body), where);
   }
 

@@ -192,12 +192,12 @@ class join_set {
   ~join_set() { close(); }
 
   // Spawns `body` on the current runtime (on a worker) / on `rt` (anywhere).
-  void spawn(task<T> body, std::source_location where = std::source_location::current()) {
+  void spawn(task<T> body, spawn_location where = spawn_location::current()) {
     spawn_into(detail::current_host_or_throw(
                    "spindle: join_set::spawn(task) outside a task or worker; pass the runtime"),
                std::move(body), where);
   }
-  void spawn(runtime& rt, task<T> body, std::source_location where = std::source_location::current()) {
+  void spawn(runtime& rt, task<T> body, spawn_location where = spawn_location::current()) {
     spawn_into(detail::state_of(rt), std::move(body), where);
   }
 
@@ -287,7 +287,7 @@ class join_set {
     if (core_ == nullptr) throw usage_error("spindle: join_set used after being moved from");
     return core_;
   }
-  void spawn_into(detail::task_host& state, task<T> body, const std::source_location& where) {
+  void spawn_into(detail::task_host& state, task<T> body, const spawn_location& where) {
     detail::join_set_core* core = checked_core();
     detail::host_entry entry(state);  // as for any spawn from outside (task/runtime.hpp)
     if (entry.refused()) throw runtime_stopped();

@@ -111,7 +111,7 @@ task_host* current_task_host() noexcept;
 // so the task runs or ends cancelled (issue 14, item 1).
 template <class T>
 spawned_task<T>* prepare_spawn(task_host& host, task<T> body,
-                               const std::source_location& where = std::source_location::current()) {
+                               const spawn_location& where = spawn_location::current()) {
   if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
   if (host.stopping()) throw runtime_stopped();
   auto* spawned = spawned_task<T>::create(host, std::move(body));
@@ -132,7 +132,7 @@ inline void cancel_prepared(task_host& host, spawned_task_base* spawned) noexcep
 // spawn_in under a name (named_tasks.hpp): the name is live until the task completes.
 template <class T>
 join_handle<T> spawn_named_in(task_host& host, std::string name, task<T> body,
-                              const std::source_location& where) {
+                              const spawn_location& where) {
   host_entry entry(host);
   if (entry.refused()) throw runtime_stopped();
   auto hook = std::make_unique<name_release_hook>(*host.names, name);
@@ -158,7 +158,7 @@ join_handle<T> spawn_named_in(task_host& host, std::string name, task<T> body,
 }
 
 template <class T>
-join_handle<T> spawn_in(task_host& state, task<T> body, const std::source_location& where) {
+join_handle<T> spawn_in(task_host& state, task<T> body, const spawn_location& where) {
   host_entry entry(state);
   if (entry.refused()) throw runtime_stopped();
   auto* spawned = prepare_spawn(state, std::move(body), where);
@@ -172,7 +172,7 @@ template <class T>
 inline constexpr bool is_task_v<task<T>> = true;
 
 template <class F>
-auto spawn_function_in(task_host& host, F function, const std::source_location& where) {
+auto spawn_function_in(task_host& host, F function, const spawn_location& where) {
   using result = std::invoke_result_t<F&>;
   host_entry entry(host);  // as in prepare_spawn
   if (entry.refused() || host.stopping()) throw runtime_stopped();
@@ -195,25 +195,25 @@ class runtime {
   // anywhere else to the less loaded of two random executors. Throws runtime_stopped after
   // shutdown began.
   template <class T>
-  join_handle<T> spawn(task<T> body, std::source_location where = std::source_location::current()) {
+  join_handle<T> spawn(task<T> body, spawn_location where = spawn_location::current()) {
     return detail::spawn_in(*state_, std::move(body), where);
   }
   // Spawns a plain callable as a task (its result, or exception, is the task's outcome).
   template <class F>
     requires(!detail::is_task_v<std::remove_cvref_t<F>>) && std::invocable<std::decay_t<F>&>
-  auto spawn(F&& function, std::source_location where = std::source_location::current()) {
+  auto spawn(F&& function, spawn_location where = spawn_location::current()) {
     return detail::spawn_function_in(*state_, std::decay_t<F>(std::forward<F>(function)), where);
   }
   // Spawns under a name (task/named_tasks.hpp): wait_named(name) waits for it.
   template <class T>
-  join_handle<T> spawn_named(std::string name, task<T> body, std::source_location where = std::source_location::current()) {
+  join_handle<T> spawn_named(std::string name, task<T> body, spawn_location where = spawn_location::current()) {
     return detail::spawn_named_in(*state_, std::move(name), std::move(body), where);
   }
   // Live tasks spawned under `name` (a snapshot).
   std::size_t live_named(const std::string& name) const { return state_->names->live(name); }
   // Spawns on one specific executor (its inbox); the task runs there first.
   template <class T>
-  join_handle<T> spawn_on(std::uint32_t executor_index, task<T> body, std::source_location where = std::source_location::current());
+  join_handle<T> spawn_on(std::uint32_t executor_index, task<T> body, spawn_location where = spawn_location::current());
 
   // Spawns and blocks the calling (plain) thread until the task finishes. From a worker or
   // inside a task it is a usage_error, raised before anything is spawned.
@@ -270,7 +270,7 @@ task_host& current_host_or_throw(
 
 template <class T>
 join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body,
-                                 std::source_location where) {
+                                 spawn_location where) {
   if (executor_index >= executor_count()) throw usage_error("spindle: no such executor");
   detail::host_entry entry(*state_);
   if (entry.refused()) throw runtime_stopped();
@@ -282,7 +282,7 @@ join_handle<T> runtime::spawn_on(std::uint32_t executor_index, task<T> body,
 // Spawns onto what runs the calling task (its runtime, or its embedded executor), or onto the
 // runtime of the calling worker thread. Throws usage_error anywhere else.
 template <class T>
-join_handle<T> spawn(task<T> body, std::source_location where = std::source_location::current()) {
+join_handle<T> spawn(task<T> body, spawn_location where = spawn_location::current()) {
   detail::task_host* host = detail::current_task_host();
   if (host == nullptr) throw usage_error("spindle::spawn called outside a task or runtime worker");
   return detail::spawn_in(*host, std::move(body), where);
@@ -290,7 +290,7 @@ join_handle<T> spawn(task<T> body, std::source_location where = std::source_loca
 
 // spawn() under a name (task/named_tasks.hpp).
 template <class T>
-join_handle<T> spawn_named(std::string name, task<T> body, std::source_location where = std::source_location::current()) {
+join_handle<T> spawn_named(std::string name, task<T> body, spawn_location where = spawn_location::current()) {
   return detail::spawn_named_in(
       detail::current_host_or_throw("spindle::spawn_named called outside a task or runtime worker"),
       std::move(name), std::move(body), where);

@@ -46,7 +46,6 @@
 #include <coroutine>
 #include <cstdint>
 #include <exception>
-#include <source_location>
 #include <string_view>
 
 #include "spindle/core/atomic.hpp"
@@ -186,7 +185,7 @@ class spawned_task_base : public core::runnable {
   std::uint64_t trace_id() const noexcept { return std::uint64_t(id_.index) << 32 | id_.serial; }
   // Occupies a slot in the host's table (before the task is first scheduled).
   // Records where it was spawned (`where`) and by which task (the one running on this thread).
-  void enter_table(const std::source_location& where = std::source_location::current());
+  void enter_table(const spawn_location& where = spawn_location::current());
 
   // --- used by the root coroutine's final suspend ------------------------------------------
   // The root finished: completes the task, or first runs its tidy destructors (T4).

@@ -3,7 +3,7 @@
 // suspends or completes (SPEC G1; docs/design/diagnostics.md, "Snapshot (G1)").
 //
 // Who takes part
-//   - the spawning thread: fills the record (location, parent, name, creation time) before the
+//   - the spawning thread: fills the record (spawn_location, parent, name, creation time) before the
 //     task is published (task_table::insert's release store of the slot's `task`);
 //   - the thread running the task (one at a time; the schedule hand-off orders successive ones):
 //     counts polls and busy time, sets the state and what the task waits on when it suspends,
@@ -27,12 +27,27 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <source_location>
 #include <string_view>
 
 #include "spindle/core/clock.hpp"
 
 namespace spindle {
+
+// Where a task was spawned: every spawn entry point takes one as a defaulted last argument, so
+// it names the caller's line. Not std::source_location: clang before 15 cannot provide it with
+// libstdc++ (no __builtin_source_location); the __builtin_FILE/LINE/FUNCTION default arguments
+// below give the same answer on g++ and clang (the call site of the function whose default
+// argument calls current()).
+struct spawn_location {
+  const char* file = "";
+  const char* function = "";
+  std::uint32_t line = 0;
+  static constexpr spawn_location current(const char* file = __builtin_FILE(),
+                                          const char* function = __builtin_FUNCTION(),
+                                          std::uint32_t line = __builtin_LINE()) noexcept {
+    return spawn_location{file, function, line};
+  }
+};
 
 // What a task is doing, as a snapshot sees it.
 enum class task_state : std::uint8_t {
@@ -151,14 +166,14 @@ struct task_record {
   field<std::uint64_t> name_words[(task_name_capacity + 1) / 8]{};
 
   // Spawning thread, before publication.
-  void start(const std::source_location& where, std::uint64_t parent_id, std::uint16_t shard,
+  void start(const spawn_location& where, std::uint64_t parent_id, std::uint16_t shard,
              std::uint64_t now) noexcept {
     state.store(std::uint8_t(task_state::scheduled), std::memory_order_relaxed);
     waker_registered.store(0, std::memory_order_relaxed);
     executor.store(shard, std::memory_order_relaxed);
-    line.store(where.line(), std::memory_order_relaxed);
-    file.store(where.file_name(), std::memory_order_relaxed);
-    function.store(where.function_name(), std::memory_order_relaxed);
+    line.store(where.line, std::memory_order_relaxed);
+    file.store(where.file, std::memory_order_relaxed);
+    function.store(where.function, std::memory_order_relaxed);
     parent.store(parent_id, std::memory_order_relaxed);
     polls.store(0, std::memory_order_relaxed);
     wakes.store(0, std::memory_order_relaxed);

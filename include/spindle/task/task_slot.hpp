@@ -132,12 +132,12 @@ class task_slot {
 
   // The new occupant runs on what runs the calling task (or the calling worker's runtime).
   template <class T>
-  join_handle<T> spawn(task<T> body, std::source_location where = std::source_location::current()) {
+  join_handle<T> spawn(task<T> body, spawn_location where = spawn_location::current()) {
     return submit(detail::current_host_or_throw(), std::move(body), where);
   }
   // The new occupant runs on `rt` (any thread).
   template <class T>
-  join_handle<T> spawn(runtime& rt, task<T> body, std::source_location where = std::source_location::current()) {
+  join_handle<T> spawn(runtime& rt, task<T> body, spawn_location where = spawn_location::current()) {
     return submit(detail::state_of(rt), std::move(body), where);
   }
 
@@ -150,7 +150,7 @@ class task_slot {
   // On any host (embed::embedded_executor::spawn_in_slot uses it).
   template <class T>
   join_handle<T> submit(detail::task_host& host, task<T> body,
-                        std::source_location where = std::source_location::current());
+                        spawn_location where = spawn_location::current());
 
  private:
   std::string name_;
@@ -159,7 +159,7 @@ class task_slot {
 
 template <class T>
 join_handle<T> task_slot::submit(detail::task_host& host, task<T> body,
-                                 std::source_location where) {
+                                 spawn_location where) {
   if (!body.valid()) throw usage_error("spindle: spawn of an empty task");
   // As any spawn from a thread that may be outside the host (task/runtime.hpp, prepare_spawn):
   // held until the occupant is scheduled, so a shutdown's drain either waits or refuses us.

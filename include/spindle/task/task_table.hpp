@@ -62,7 +62,7 @@ class task_table {
   // Fills the slot's record (spawn location, parent, creation time) before publishing `t`, and
   // returns the record, which the task updates while it lives.
   task_record& insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
-                      const std::source_location& where, std::uint64_t parent,
+                      const spawn_location& where, std::uint64_t parent,
                       std::uint64_t now_ns);
   // Frees the slot of id (its serial advances). `executor_index` is the caller's (or -1).
   void erase(task_id id, std::int32_t executor_index) noexcept;
