@@ -99,7 +99,7 @@ void actor_scheduler::look_at_mailbox(actor_detail::actor_cell* cell, std::uint6
       diagnostics::warning_subject subject;
       subject.what = diagnostics::warning_subject::kind::actor;
       subject.id = cell->id;
-      subject.name = "actor " + std::to_string(cell->id);
+      subject.name = cell->name.empty() ? "actor " + std::to_string(cell->id) : cell->name;
       subject.executor = std::int32_t(index_);
       return subject;
     });

@@ -8,6 +8,9 @@
 #include "spindle/diagnostics/server.hpp"
 #include "spindle/task/live_view.hpp"
 #include "spindle/diagnostics/metrics.hpp"
+#include "spindle/diagnostics/prometheus.hpp"
+#include "spindle/diagnostics/trace_export.hpp"
+#include "spindle/task/task_record.hpp"
 
 namespace spindle {
 namespace detail {
@@ -60,19 +63,71 @@ spindle::clock& runtime_state::clock() const noexcept { return core->clock(); }
 
 namespace {
 
-// The task layer's side of the warnings (diagnostics/warnings.hpp): thresholds, the describer
+// The task layer's side of the warnings (diagnostics/warnings.hpp): thresholds; the describer
 // that tells which task a stalled runnable is (by the task table's slots, without touching the
-// runnable), and the monitor's watch. G1's records add the name, location and per-task views.
+// runnable) with its name and spawn location from the slot's record (task_record.hpp); the
+// per-task views the task lints (self-wakes, lost waker, woken but not polled) sweep; the
+// monitor's watch; and a flight-recorder dump of the trace (G3) on every warning while tracing.
+// Everything captured lives in the runtime state, which outlives the hub's use of it (the
+// monitor stops at shutdown before the state goes).
 void connect_warnings(detail::runtime_state& state, core::runtime_core& core) {
   diagnostics::warning_hub& hub = state.warnings;
   hub.configure(core.options().diagnostics);
-  detail::task_table* table = &state.tasks;
-  hub.set_runnable_describer([table](const core::runnable* r, diagnostics::warning_subject& out) {
+  detail::runtime_state* host = &state;
+  hub.set_runnable_describer([host](const core::runnable* r, diagnostics::warning_subject& out) {
     task_id id;
-    if (!table->find_runnable(r, id)) return false;
+    if (!host->tasks.find_runnable(r, id)) return false;
     out.what = diagnostics::warning_subject::kind::task;
-    out.id = (std::uint64_t(id.index) << 32) | id.serial;
+    out.id = detail::pack_task_id(id.index, id.serial);
+    task_info info;
+    if (host->tasks.read_record(id.index, info, detail::record_now_ns(host->record_clock)) &&
+        info.id == id) {
+      out.name = info.name;
+      if (info.file != nullptr) out.location = std::string(info.file) + ":" + std::to_string(info.line);
+    }
     return true;
+  });
+  hub.set_task_visitor([host](const std::function<void(const diagnostics::task_view&)>& visit) {
+    const std::uint64_t now = detail::record_now_ns(host->record_clock);
+    const std::uint32_t slots = host->tasks.slot_capacity();
+    task_info info;
+    std::string location;
+    for (std::uint32_t index = 0; index < slots; ++index) {
+      if (!host->tasks.read_record(index, info, now)) continue;
+      diagnostics::task_view view;
+      view.id = detail::pack_task_id(info.id.index, info.id.serial);
+      view.name = info.name;
+      location.clear();
+      if (info.file != nullptr) location = std::string(info.file) + ":" + std::to_string(info.line);
+      view.location = location;
+      view.executor = info.executor == no_executor ? -1 : std::int32_t(info.executor);
+      view.waker_registered = info.waker_registered;
+      view.wakes = info.wakes;
+      view.self_wakes = info.self_wakes;
+      switch (info.state) {
+        case task_state::scheduled:
+          view.current = diagnostics::task_view::state::scheduled;
+          view.state_for_ns = now > info.last_wake_ns ? now - info.last_wake_ns : 0;
+          break;
+        case task_state::running:
+          view.current = diagnostics::task_view::state::running;
+          break;
+        case task_state::suspended:
+          view.current = diagnostics::task_view::state::suspended;
+          view.state_for_ns = info.state_for_ns;
+          break;
+        default:
+          view.current = diagnostics::task_view::state::other;
+      }
+      visit(view);
+    }
+  });
+  diagnostics::registry* registry = &state.diagnostics_registry;
+  hub.add_on_warning([registry](const diagnostics::warning& w) {
+    if (diagnostics::tracing(*registry)) {
+      diagnostics::request_trace_dump(*registry, diagnostics::warning_hub::format(w),
+                                      std::chrono::milliseconds(100));
+    }
   });
   hub.watch_runtime(core);
 }
@@ -90,7 +145,13 @@ runtime::runtime(runtime_options options) {
   // Warnings (G4): the monitor watches the executors; a stall names its task through the table.
   connect_warnings(*state_, *core);
   state_->executor_metrics = state_->diagnostics_registry.add_metrics(
-      [raw = core.get()](std::string& out) { diagnostics::write_executor_metrics(out, *raw); });
+      [raw = core.get(), tasks = &state_->tasks](std::string& out) {
+        diagnostics::write_executor_metrics(out, *raw);
+        diagnostics::prometheus_writer w(out);
+        w.family("spindle_tasks_live", diagnostics::metric_type::gauge,
+                 "Spawned tasks not yet completed (a scan of the task table).");
+        w.sample("spindle_tasks_live", {}, std::uint64_t(tasks->live_count()));
+      });
   // Step 5 of shutdown (then the layers above tasks stop). The hook keeps the task state alive until the shutdown finished (workers
   // and tasks use it through raw pointers); the core drops the hook after running it, which
   // breaks the cycle state -> core -> hook -> state.

@@ -46,6 +46,19 @@ void collect_executors(const core::runtime_core& core, std::vector<executor_info
     info.parks = stats.parks.load(relaxed);
     info.budget_exhaustions = stats.budget_exhaustions.load(relaxed);
     info.timers_fired = stats.timers_fired.load(relaxed);
+    info.forced_yields = stats.forced_yields.load(relaxed);
+    info.busy_ns = stats.busy_nanoseconds.load(relaxed);
+    // The queues' and timers' size queries are reads (a sample, or under the service's lock)
+    // that their interfaces do not mark const.
+    auto& sampled_core = const_cast<core::runtime_core&>(core);
+    core::executor& sampled = sampled_core.executor_at(i);
+    info.timers_pending = sampled.timers().size();
+    info.local_queue = sampled.local().size();
+    info.injector_queue = sampled_core.global_injector().size(i);
+    // Taken first, then pushed: the difference cannot go negative.
+    const std::uint64_t taken = stats.taken_from_inbox.load(relaxed);
+    const std::uint64_t pushed = stats.inbox_pushes.load(relaxed);
+    info.inbox_queue = pushed > taken ? pushed - taken : 0;
     out.push_back(info);
   }
 }
@@ -62,6 +75,13 @@ void write_executor_json(diagnostics::json_writer& out, const executor_info& e) 
   out.member("parks", e.parks);
   out.member("budget_exhaustions", e.budget_exhaustions);
   out.member("timers_fired", e.timers_fired);
+  out.member("forced_yields", e.forced_yields);
+  out.member("busy_ns", e.busy_ns);
+  out.member("polls", e.runnables_run);
+  out.member("timers_pending", e.timers_pending);
+  out.key("queues").begin_object();
+  out.member("local", e.local_queue).member("injector", e.injector_queue).member("inbox", e.inbox_queue);
+  out.end_object();
   out.end_object();
 }
 

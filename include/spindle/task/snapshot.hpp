@@ -34,6 +34,13 @@ struct executor_info {
   std::uint64_t parks = 0;
   std::uint64_t budget_exhaustions = 0;
   std::uint64_t timers_fired = 0;
+  std::uint64_t forced_yields = 0;  // tasks whose cooperative budget ran out here
+  std::uint64_t busy_ns = 0;        // time awake (not parked), as the monitor last sampled it
+  std::uint64_t timers_pending = 0;
+  // Queue depths, sampled: the local queue, its injector shard, its inbox (pushed - taken).
+  std::uint64_t local_queue = 0;
+  std::uint64_t injector_queue = 0;
+  std::uint64_t inbox_queue = 0;
   std::uint64_t tasks = 0;  // live tasks it polled last (filled by runtime::snapshot)
 };
 
