@@ -35,6 +35,10 @@ runtime_options validated(runtime_options options) {
     throw usage_error("spindle: more workers requested than max_executors allows");
   }
   if (options.budget == 0) throw usage_error("spindle: budget must be at least 1");
+  if (options.diagnostics.trace_events_per_executor >
+      diagnostics_options::max_trace_events_per_executor) {
+    throw usage_error("spindle: diagnostics.trace_events_per_executor must be at most 2^22");
+  }
   if (options.service_interval < std::chrono::microseconds(100)) {
     throw usage_error("spindle: service_interval must be at least 100 microseconds");
   }

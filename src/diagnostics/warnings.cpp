@@ -15,6 +15,12 @@
 #include "spindle/core/runtime_monitor.hpp"
 
 namespace spindle::diagnostics {
+
+namespace {
+// The hub whose delivery this thread is inside (null outside deliveries).
+thread_local const warning_hub* delivering_hub = nullptr;
+}  // namespace
+
 namespace {
 
 constexpr std::size_t recent_capacity = 64;
@@ -346,6 +352,10 @@ void warning_hub::set_warning_hook(hook h) {
     std::lock_guard lock(mutex_);
     hook_ = std::move(shared);
   }
+  // A hook (or listener) replacing the hook from inside a delivery: that delivery is this
+  // thread's own, and waiting for it would wait for ever (it holds delivery_mutex_). The new
+  // hook is in place; the old one returns on its own.
+  if (delivering_hub == this) return;
   // Wait out a delivery in progress: it took the old hook under delivery_mutex_, so once we
   // hold it the old hook is no longer called (its owner may go away after we return).
   std::lock_guard wait_for_delivery(delivery_mutex_);
@@ -432,6 +442,14 @@ void warning_hub::deliver(const warning& w) {
   // One delivery at a time; the hook is read while holding delivery_mutex_ (set_warning_hook
   // relies on that to know when an old hook is no longer called).
   std::lock_guard one_at_a_time(delivery_mutex_);
+  // Marks this thread as inside this hub's delivery (set_warning_hook from a hook).
+  struct delivering_scope {
+    const warning_hub* previous;
+    explicit delivering_scope(const warning_hub* hub) : previous(delivering_hub) {
+      delivering_hub = hub;
+    }
+    ~delivering_scope() { delivering_hub = previous; }
+  } scope(this);
   std::shared_ptr<const hook> h;
   std::vector<std::shared_ptr<const hook>> listeners;
   {
@@ -714,9 +732,10 @@ void warning_hub::observe_mailbox(mailbox_watch& state, std::uint64_t length,
       state.looks_above = 0;
       return;
     }
-    // Must hold a while: two successive looks at or above `enable` (the backlog outlasted the
-    // batch the actor took before).
-    if (++state.looks_above < 2) return;
+    // One look at or above `enable` raises, as OTP's long_message_queue: the actor takes its
+    // whole mailbox at each look, so a single burst is seen once (two looks in a row missed it,
+    // WarningsActors.ASingleBurstIntoABusyActorIsReported). The hysteresis is the lower
+    // `disable` threshold: no flicker around `enable`.
     state.raised = true;
     state.looks_above = 0;
   }

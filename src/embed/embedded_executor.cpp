@@ -45,13 +45,18 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
       host_(catcher_),
       clock_(host),
       timers_(clock_) {
+  if (options_.diagnostics.trace_events_per_executor >
+      core::diagnostics_options::max_trace_events_per_executor) {
+    throw usage_error("spindle: diagnostics.trace_events_per_executor must be at most 2^22");
+  }
   options_.tasks_per_tick = std::max<std::uint32_t>(options_.tasks_per_tick, 1);
   options_.tasks_per_execute_phase = std::max<std::uint32_t>(options_.tasks_per_execute_phase, 1);
   options_.frame_cache_bytes = std::min(options_.frame_cache_bytes, core::max_frame_cache_bytes);
   task_host::warnings.configure(options_.diagnostics);
   advance_record_clock(core::monotonic_nanoseconds());
   record_clock = &record_clock_ns_;
-  tasks_section_ = ::spindle::detail::register_tasks_section(task_host::diagnostics_registry, tasks);
+  tasks_section_ = ::spindle::detail::register_tasks_section(task_host::diagnostics_registry, tasks,
+                                                            record_clock);
   executors_section_ = task_host::diagnostics_registry.add_snapshot_section(
       "executors", [](spindle::diagnostics::json_writer& out) {
         // Its counters belong to the ticking thread (statistics()): only what it is.
@@ -78,7 +83,7 @@ std::uint16_t embedded_executor::diagnostics_port() const noexcept {
 std::size_t embedded_executor::snapshot(std::span<task_info> storage) const noexcept {
   std::size_t stored = 0;
   const std::size_t found =
-      ::spindle::detail::for_each_task_record(tasks, [&](const task_info& t) {
+      ::spindle::detail::for_each_task_record(tasks, record_clock, [&](const task_info& t) {
         if (stored < storage.size()) storage[stored++] = t;
       });
   return found;

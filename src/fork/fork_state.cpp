@@ -13,6 +13,7 @@
 #include "spindle/diagnostics/json_writer.hpp"
 #include "spindle/diagnostics/registry.hpp"
 #include "spindle/task/runtime.hpp"
+#include "spindle/task/snapshot.hpp"
 
 namespace spindle {
 namespace fork_detail {
@@ -45,14 +46,19 @@ constexpr clock_duration park_timeout = std::chrono::microseconds(50);
 // that forked, the fork_join calls in flight there (its frame stack's depth: computations
 // in flight, nested ones counted each) and whether it runs a piece of another worker's
 // computation, with the process-wide counters. The states of a runtime's workers are listed
-// here, under `lock`, from attach_thread until their thread exits; the first one registers the
-// section in the runtime's registry and the last one to go drops it (the workers exit before
-// the runtime's state, and so its registry, is destroyed).
+// here, under `lock`, from attach_thread until their thread exits, keyed by their runtime's
+// core. The section itself belongs to the runtime (task layer, detail::fork_section_writer):
+// a worker's thread may outlive its runtime (one destroyed from inside its own worker is
+// detached), so nothing here may hold a registration in the runtime's registry, and an entry
+// keeps each executor's index rather than a pointer to it.
 struct fork_directory {
+  struct listed_state {
+    fork_thread_state* state;
+    std::uint32_t executor_index;
+  };
   struct per_runtime {
-    core::runtime_core* core;
-    std::vector<fork_thread_state*> states;
-    diagnostics::registry::registration section;
+    const core::runtime_core* core;
+    std::vector<listed_state> states;
   };
   std::mutex lock;
   std::vector<std::unique_ptr<per_runtime>> runtimes;  // under lock
@@ -61,7 +67,7 @@ fork_directory& directory() {
   static fork_directory* instance = new fork_directory();  // never destroyed: threads outlive statics
   return *instance;
 }
-void write_fork_section(diagnostics::json_writer& out, fork_directory::per_runtime& entry);
+void write_fork_section(const core::runtime_core& core, diagnostics::json_writer& out);
 void enlist_state(fork_thread_state& state);
 void delist_state(fork_thread_state& state) noexcept;
 
@@ -427,80 +433,58 @@ void drop_delegated(core::runnable*) noexcept {
 namespace fork_detail {
 namespace {
 
-// Lock order: the registry's lock, then the directory's (the writer runs under the first and
-// takes the second), so registrations are added and dropped without the directory's lock.
+// Lock order: the registry's lock, then the directory's (the runtime's section writer runs
+// under the first and takes the second).
 void enlist_state(fork_thread_state& state) {
   fork_directory& d = directory();
-  core::runtime_core* core = &state.executor->core();
-  {
-    std::lock_guard guard(d.lock);
-    for (auto& entry : d.runtimes) {
-      if (entry->core == core) {
-        entry->states.push_back(&state);
-        return;
-      }
+  const core::runtime_core* core = &state.executor->core();
+  const fork_directory::listed_state listed{&state, state.executor->index()};
+  // release: the writer is called only after it is seen (the runtime reads it with acquire).
+  ::spindle::detail::fork_section_writer.store(&write_fork_section, std::memory_order_release);
+  std::lock_guard guard(d.lock);
+  for (auto& entry : d.runtimes) {
+    if (entry->core == core) {
+      entry->states.push_back(listed);
+      return;
     }
   }
-  // The first worker of this runtime (as far as we know): a new entry with its section.
   auto entry = std::make_unique<fork_directory::per_runtime>();
   entry->core = core;
-  auto* layer = static_cast<::spindle::detail::task_host*>(
-      static_cast<::spindle::detail::runtime_state*>(core->layer_state()));
-  if (layer != nullptr) {
-    fork_directory::per_runtime* raw = entry.get();
-    entry->section = layer->diagnostics_registry.add_snapshot_section(
-        "fork_join", [raw](diagnostics::json_writer& out) { write_fork_section(out, *raw); });
-  }
-  std::unique_ptr<fork_directory::per_runtime> lost;  // another worker was first
-  {
-    std::lock_guard guard(d.lock);
-    for (auto& existing : d.runtimes) {
-      if (existing->core == core) {
-        existing->states.push_back(&state);
-        lost = std::move(entry);
-        break;
-      }
-    }
-    if (!lost) {
-      entry->states.push_back(&state);
-      d.runtimes.push_back(std::move(entry));
-    }
-  }
-  if (lost) lost->section.reset();  // outside the directory's lock (see above)
+  entry->states.push_back(listed);
+  d.runtimes.push_back(std::move(entry));
 }
 
 void delist_state(fork_thread_state& state) noexcept {
   fork_directory& d = directory();
-  std::unique_ptr<fork_directory::per_runtime> gone;
-  {
-    std::lock_guard guard(d.lock);
-    for (auto it = d.runtimes.begin(); it != d.runtimes.end(); ++it) {
-      std::vector<fork_thread_state*>& states = (*it)->states;
-      if (std::erase(states, &state) == 0) continue;
-      if (states.empty()) {
-        gone = std::move(*it);
-        d.runtimes.erase(it);
-      }
-      break;
-    }
+  std::lock_guard guard(d.lock);
+  for (auto it = d.runtimes.begin(); it != d.runtimes.end(); ++it) {
+    std::vector<fork_directory::listed_state>& states = (*it)->states;
+    if (std::erase_if(states, [&](const auto& l) { return l.state == &state; }) == 0) continue;
+    if (states.empty()) d.runtimes.erase(it);
+    break;
   }
-  // Outside the directory's lock (the writer takes it under the registry's): waits for a
-  // snapshot in progress, after which nobody reads the entry.
-  if (gone) gone->section.reset();
 }
 
-void write_fork_section(diagnostics::json_writer& out, fork_directory::per_runtime& entry) {
+void write_fork_section(const core::runtime_core& core, diagnostics::json_writer& out) {
   const fork_counters counters = fork_statistics();
   out.begin_object();
   out.key("executors").begin_array();
   {
-    std::lock_guard guard(directory().lock);
-    for (const fork_thread_state* state : entry.states) {
+    fork_directory& d = directory();
+    std::lock_guard guard(d.lock);
+    const fork_directory::per_runtime* entry = nullptr;
+    for (const auto& e : d.runtimes) {
+      if (e->core == &core) entry = e.get();
+    }
+    // A listed state lives until its thread delists it (under this lock).
+    static const std::vector<fork_directory::listed_state> none;
+    for (const fork_directory::listed_state& listed : entry != nullptr ? entry->states : none) {
+      const fork_thread_state* state = listed.state;
       // relaxed: a sample; `frames` and `executor` were set before the state was listed.
       latent_frame** top = state->top.load(std::memory_order_relaxed);
       const std::uint64_t in_flight = top != nullptr ? std::uint64_t(top - state->frames) : 0;
       out.begin_object();
-      out.member("executor", state->executor->index());
+      out.member("executor", listed.executor_index);
       out.member("fork_joins_in_flight", in_flight);
       out.member("running_stolen_piece",
                  state->computation.load(std::memory_order_relaxed) != nullptr);

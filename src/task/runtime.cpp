@@ -163,7 +163,17 @@ runtime::runtime(runtime_options options) {
   });
   state_->executors_section =
       detail::register_executors_section(state_->diagnostics_registry, *core);
-  state_->tasks_section = detail::register_tasks_section(state_->diagnostics_registry, state_->tasks);
+  state_->tasks_section = detail::register_tasks_section(state_->diagnostics_registry, state_->tasks,
+                                                       state_->record_clock);
+  state_->fork_join_section = state_->diagnostics_registry.add_snapshot_section(
+      "fork_join", [raw = core.get()](diagnostics::json_writer& out) {
+        // acquire: pairs with the fork module's release store of its writer.
+        if (auto write = detail::fork_section_writer.load(std::memory_order_acquire)) {
+          write(*raw, out);
+        } else {
+          out.null();  // nothing forked in this process yet
+        }
+      });
   core->start(core);
   // The live view (task/live_view.hpp), once the executors exist: it lists them.
   state_->live_view = detail::start_live_view(*state_, core.get(), core->options().diagnostics,

@@ -145,11 +145,13 @@ void write_task_json(diagnostics::json_writer& out, const task_info& t) {
   out.end_object();
 }
 
-diagnostics::registry::registration register_tasks_section(diagnostics::registry& registry,
-                                                           const task_table& table) {
-  return registry.add_snapshot_section("tasks", [&table](diagnostics::json_writer& out) {
+diagnostics::registry::registration register_tasks_section(
+    diagnostics::registry& registry, const task_table& table,
+    const std::atomic<std::uint64_t>* record_clock) {
+  return registry.add_snapshot_section("tasks", [&table, record_clock](diagnostics::json_writer& out) {
     out.begin_array();
-    for_each_task_record(table, [&out](const task_info& t) { write_task_json(out, t); });
+    for_each_task_record(table, record_clock,
+                         [&out](const task_info& t) { write_task_json(out, t); });
     out.end_array();
   });
 }
@@ -172,7 +174,7 @@ runtime_snapshot runtime::snapshot() const {
   result.taken_at_ns = core::monotonic_nanoseconds();
   detail::collect_executors(*state_->core, result.executors);
   result.tasks.reserve(state_->tasks.live_count());
-  detail::for_each_task_record(state_->tasks, [&result](const task_info& t) {
+  detail::for_each_task_record(state_->tasks, state_->record_clock, [&result](const task_info& t) {
     result.tasks.push_back(t);
     if (t.executor < result.executors.size()) ++result.executors[t.executor].tasks;
   });

@@ -1,6 +1,8 @@
 // Task table: see include/spindle/task/task_table.hpp for the design and invariants.
 #include "spindle/task/task_table.hpp"
 
+#include <algorithm>
+
 #include "spindle/core/errors.hpp"
 #include "spindle/task/spawned_task.hpp"
 
@@ -90,7 +92,9 @@ bool task_table::read_record(std::uint32_t index, task_info& out, std::uint64_t 
   out.has_parent = parent != no_parent;
   out.parent = {std::uint32_t(parent >> 32), std::uint32_t(parent)};
   out.executor = r.executor.load(relaxed);
-  out.state = task_state(r.state.load(relaxed));
+  // acquire: pairs with the record's release of each state, so the stamps read below are at
+  // least those the state was published with (task_record.hpp).
+  out.state = task_state(r.state.load(std::memory_order_acquire));
   out.waker_registered =
       out.state == task_state::suspended && r.waker_registered.load(relaxed) != 0;
   if (out.state == task_state::suspended) {
@@ -103,7 +107,9 @@ bool task_table::read_record(std::uint32_t index, task_info& out, std::uint64_t 
   out.wakes = r.wakes.load(relaxed);
   out.self_wakes = r.self_wakes.load(relaxed);
   out.busy_ns = r.busy_ns.load(relaxed);
-  out.scheduled_ns = r.scheduled_ns.load(relaxed);
+  // acquire: pairs with on_poll_start's release; the poll start read below is then the one
+  // that ended the wait this count includes.
+  out.scheduled_ns = r.scheduled_ns.load(std::memory_order_acquire);
   const std::uint64_t created = r.created_ns.load(relaxed);
   out.last_wake_ns = r.last_wake_ns.load(relaxed);
   const std::uint64_t poll_started = r.poll_started_ns.load(relaxed);
@@ -112,9 +118,17 @@ bool task_table::read_record(std::uint32_t index, task_info& out, std::uint64_t 
   std::atomic_thread_fence(std::memory_order_acquire);
   if (s.serial.load(relaxed) != serial || s.task.load(relaxed) != task) return false;
   // Derived times. The current poll (or wait for a poll) counts as busy (scheduled) time so far.
+  // Every stamp comes from the host's record clock, as `now_ns` must; a stamp written after the
+  // caller read the clock moves `now` up to it, so busy + scheduled (disjoint stretches between
+  // stamps, all after `created`) never exceeds the age.
+  now_ns = std::max({now_ns, created, out.last_wake_ns, poll_started, suspended});
   out.age_ns = now_ns > created ? now_ns - created : 0;
   if (out.state == task_state::running && now_ns > poll_started) out.busy_ns += now_ns - poll_started;
-  if (out.state == task_state::scheduled && now_ns > out.last_wake_ns) {
+  // Fields are read one by one, so a reader may see "scheduled" with the stamps of the poll that
+  // has just begun (whose start already counted the wait): a poll started since the last wake
+  // means the wait is counted.
+  if (out.state == task_state::scheduled && now_ns > out.last_wake_ns &&
+      poll_started < out.last_wake_ns) {
     out.scheduled_ns += now_ns - out.last_wake_ns;
   }
   out.state_for_ns =

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -190,12 +194,8 @@ TEST(WarningHubMailbox, ABacklogOscillatingAroundTheEnableThresholdRaisesOnce) {
   int delivered = 0;
   hub.set_warning_hook([&](const warning&) { ++delivered; });
   warning_hub::mailbox_watch state;
-  // A single look above (a burst the actor then caught up with) raises nothing.
-  hub.observe_mailbox(state, 12'000, actor_subject);
-  hub.observe_mailbox(state, 100, actor_subject);
-  EXPECT_EQ(delivered, 0);
-  // Around 10,000, up and down, many times: raised once (two looks above), never lowered
-  // (it never fell below 7,500), so never raised again.
+  // Around 10,000, up and down, many times: raised once (the first look at or above it), never
+  // lowered (it never fell below 7,500), so never raised again.
   const std::uint64_t lengths[] = {10'010, 10'020, 9'990, 10'030, 9'980, 10'050, 9'995, 10'001};
   for (int round = 0; round < 50; ++round) {
     for (std::uint64_t n : lengths) {
@@ -298,3 +298,44 @@ TEST(WarningHubEmbeddedTicks, OverBudgetTicksRaiseOnceAndLowerAfterTicksWithinBu
 }
 
 }  // namespace
+
+namespace spindle::diagnostics {
+namespace {
+
+// Attack finding (issue 15): a hook that replaced the hook from inside itself waited for its own
+// delivery for ever, and every later raise (an executor's mailbox check) blocked behind it.
+TEST(WarningHubReentry, AHookThatReplacesTheHookFromInsideItselfDoesNotDeadlock) {
+  auto* r = new registry;  // leaked if the hub deadlocks: the detached thread still uses them
+  auto* hub = new warning_hub(*r);
+  auto first_calls = std::make_shared<std::atomic<int>>(0);
+  auto second_calls = std::make_shared<std::atomic<int>>(0);
+  hub->set_warning_hook([hub, first_calls, second_calls](const warning&) {
+    first_calls->fetch_add(1);
+    hub->set_warning_hook([second_calls](const warning&) { second_calls->fetch_add(1); });
+  });
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  std::thread raiser([hub, finished] {
+    warning_subject a;
+    a.what = warning_subject::kind::task;
+    a.id = 1;
+    warning_subject b = a;
+    b.id = 2;
+    hub->raise(warning_kind::stall, a, "ran 60 ms", 1);
+    hub->raise(warning_kind::stall, b, "ran 70 ms", 2);
+    finished->store(true);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!finished->load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  if (!finished->load()) {
+    raiser.detach();
+    FAIL() << "raise did not return: the hook's own set_warning_hook waits for itself";
+  }
+  raiser.join();
+  EXPECT_EQ(first_calls->load(), 1);
+  EXPECT_EQ(second_calls->load(), 1);
+  delete hub;
+  delete r;
+}
+
+}  // namespace
+}  // namespace spindle::diagnostics

@@ -14,7 +14,10 @@ struct diagnostics_options {
   // --- G3 tracing ------------------------------------------------------------------------------
   // Start with tracing on (it can be switched on and off at run time as well).
   bool tracing = false;
-  // Events each executor's ring holds (rounded up to a power of two); the oldest are overwritten.
+  // Events each executor's ring holds (rounded up to a power of two, at least 64); the oldest
+  // are overwritten. 32 bytes an event, allocated when tracing is first switched on. At most
+  // `max_trace_events_per_executor` (2^22, 128 MiB a ring): more is a usage_error.
+  static constexpr std::uint32_t max_trace_events_per_executor = 1u << 22;
   std::uint32_t trace_events_per_executor = 1u << 16;
 
   // --- G1 snapshot -----------------------------------------------------------------------------
@@ -41,7 +44,8 @@ struct diagnostics_options {
   // A runnable queued (woken, spawned) and not run for this long: woken_not_polled.
   std::chrono::nanoseconds woken_threshold = std::chrono::milliseconds(100);
   // Mailbox growth (OTP's long_message_queue): raised when an actor's backlog reaches
-  // `mailbox_enable` at two successive looks, lowered once it is below `mailbox_disable`.
+  // `mailbox_enable` at a look (the actor takes its whole mailbox at each), lowered once it is
+  // below `mailbox_disable`.
   std::uint32_t mailbox_enable = 10'000;
   std::uint32_t mailbox_disable = 7'500;
   // An embedded tick longer than this many times its time_per_tick (when it has one).

@@ -125,8 +125,10 @@ class warning_hub {
   void configure(const core::diagnostics_options& options);
   core::diagnostics_options options() const;
 
-  // Replaces the hook (null: the default, one line on stderr). Any thread but a hook's own:
-  // it returns once no delivery uses the old hook any more, so its owner may then go.
+  // Replaces the hook (null: the default, one line on stderr). Any thread: it returns once no
+  // delivery uses the old hook any more, so its owner may then go; called from inside a hook or
+  // listener of this hub, it returns at once (the delivery in progress is the caller's own) and
+  // the next delivery uses the new hook.
   void set_warning_hook(hook h);
   // Listeners told of every raise that is delivered (the flight recorder connects its dump
   // here). Returns an id for remove_on_warning.

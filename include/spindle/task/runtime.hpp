@@ -55,6 +55,7 @@ struct runtime_state final : task_host {
   // dropped (waiting for a reader in progress) before the core goes.
   spindle::diagnostics::registry::registration executors_section;
   spindle::diagnostics::registry::registration tasks_section;
+  spindle::diagnostics::registry::registration fork_join_section;  // written by the fork module
   explicit runtime_state(std::uint32_t executors) : task_host(executors) {}
 
   // task_host

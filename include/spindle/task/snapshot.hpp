@@ -8,6 +8,8 @@
 // Cost: docs/design/diagnostics.md (about 10^5 tasks in a few milliseconds).
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -56,9 +58,12 @@ struct runtime_snapshot {
 namespace detail {
 
 // Every live task's record, by a scan; `f(const task_info&)`. Returns how many were visited.
+// `record_clock`: the host's (task_host::record_clock; null: the steady clock), the clock every
+// stamp in the records comes from.
 template <class F>
-std::size_t for_each_task_record(const task_table& table, F&& f) {
-  const std::uint64_t now = core::monotonic_nanoseconds();
+std::size_t for_each_task_record(const task_table& table,
+                                 const std::atomic<std::uint64_t>* record_clock, F&& f) {
+  const std::uint64_t now = record_now_ns(record_clock);
   const std::uint32_t slots = table.slot_capacity();
   std::size_t visited = 0;
   task_info info;
@@ -75,10 +80,18 @@ void collect_executors(const core::runtime_core& core, std::vector<executor_info
 void write_task_json(diagnostics::json_writer& out, const task_info& task);
 void write_executor_json(diagnostics::json_writer& out, const executor_info& executor);
 // Registers a table's "tasks" section (and, with a core, its "executors" section).
-diagnostics::registry::registration register_tasks_section(diagnostics::registry& registry,
-                                                           const task_table& table);
+diagnostics::registry::registration register_tasks_section(
+    diagnostics::registry& registry, const task_table& table,
+    const std::atomic<std::uint64_t>* record_clock);
 diagnostics::registry::registration register_executors_section(
     diagnostics::registry& registry, const core::runtime_core& core);
+
+// The fork module's writer of a runtime's "fork_join" section (fork/fork_state.cpp), installed
+// when a worker first forks (release; read with acquire). The runtime owns the section and
+// calls it, because a fork worker's thread may outlive its runtime: the section must go with
+// the runtime's registry, not with the threads. Null until something forked: no section.
+using fork_section_writer_type = void (*)(const core::runtime_core&, diagnostics::json_writer&);
+inline std::atomic<fork_section_writer_type> fork_section_writer{nullptr};
 
 }  // namespace detail
 }  // namespace spindle

@@ -191,12 +191,19 @@ struct task_record {
 
   // The thread about to poll the task.
   void on_poll_start(std::uint16_t executor_index, std::uint64_t now) noexcept {
-    state.store(std::uint8_t(task_state::running), std::memory_order_relaxed);
     executor.store(executor_index, std::memory_order_relaxed);
     bump(polls);
     const std::uint64_t woken = last_wake_ns.load(std::memory_order_relaxed);
-    if (now > woken) bump(scheduled_ns, now - woken);
     poll_started_ns.store(now, std::memory_order_relaxed);
+    // release: a reader that sees the wait counted (acquire) sees this poll's start too, and so
+    // does not count the wait again (task_table::read_record).
+    if (now > woken) {
+      scheduled_ns.store(scheduled_ns.load(std::memory_order_relaxed) + (now - woken),
+                         std::memory_order_release);
+    }
+    // release: a reader that sees "running" (acquire) sees this poll's count and start, not the
+    // previous suspension's time (which would count the whole wait as busy).
+    state.store(std::uint8_t(task_state::running), std::memory_order_release);
   }
   // The running task, about to suspend (before it registers anywhere: after that a waker owns
   // the record's wake fields). Ends the poll's busy stretch; a stretch resumes at once if the
@@ -214,7 +221,8 @@ struct task_record {
     waker_registered.store(what.kind != spindle::wait_kind::none &&
                                what.kind != spindle::wait_kind::yield,
                            std::memory_order_relaxed);
-    state.store(std::uint8_t(task_state::suspended), std::memory_order_relaxed);
+    // release: a reader that sees "suspended" sees the wait and its start (as on_poll_start).
+    state.store(std::uint8_t(task_state::suspended), std::memory_order_release);
   }
   // The await after on_suspend completed without suspending: the task runs on.
   void on_continue() noexcept {
@@ -225,7 +233,8 @@ struct task_record {
     bump(wakes);
     if (self) bump(self_wakes);
     last_wake_ns.store(now, std::memory_order_relaxed);
-    state.store(std::uint8_t(task_state::scheduled), std::memory_order_relaxed);
+    // release: a reader that sees "scheduled" sees this wake's time (as on_poll_start).
+    state.store(std::uint8_t(task_state::scheduled), std::memory_order_release);
   }
   // The completing thread, before the slot is freed.
   void on_complete(std::uint64_t now) noexcept {

@@ -1,0 +1,72 @@
+// Attack finding (issue 15): a snapshot taken while tasks start and end polls reported a task busy
+// for longer than it had lived (busy_ns >> age_ns), and running tasks with no poll: the record's
+// state was published before the poll's start time, and readers used the steady clock against
+// records stamped by the coarse clock.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+#include "spindle/spindle.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+void spin_for(std::chrono::nanoseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+spindle::task<void> busy_looper(std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    spin_for(300us);
+    co_await spindle::yield_now();
+  }
+}
+
+spindle::task<void> short_burst() {
+  spin_for(20us);
+  co_return;
+}
+
+spindle::task<void> churn(std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    for (int i = 0; i < 64; ++i) spindle::spawn(short_burst()).detach();
+    co_await spindle::yield_now();
+  }
+}
+
+TEST(SnapshotConsistency, NoTaskIsBusyLongerThanItLivedAndARunningTaskHasAPoll) {
+  spindle::runtime_options options;
+  options.workers = 2;
+  spindle::runtime rt(options);
+  std::atomic<bool> stop{false};
+  std::vector<spindle::join_handle<void>> handles;
+  for (int i = 0; i < 2; ++i) handles.push_back(rt.spawn(busy_looper(stop)));
+  handles.push_back(rt.spawn(churn(stop)));
+  long seen = 0;
+  long impossible = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < 1500ms && impossible < 3) {
+    const spindle::runtime_snapshot snapshot = rt.snapshot();
+    for (const spindle::task_info& t : snapshot.tasks) {
+      ++seen;
+      const bool too_busy = t.busy_ns + t.scheduled_ns > t.age_ns;
+      const bool running_without_poll = t.state == spindle::task_state::running && t.polls == 0;
+      if (too_busy || running_without_poll) {
+        ++impossible;
+        ADD_FAILURE() << "task " << t.id.index << "." << t.id.serial << " state "
+                      << spindle::to_string(t.state) << " polls " << t.polls << ": busy "
+                      << t.busy_ns << " + scheduled " << t.scheduled_ns << " > age " << t.age_ns;
+      }
+    }
+  }
+  stop = true;
+  for (auto& h : handles) h.join();
+  EXPECT_GT(seen, 1000);
+}
+
+}  // namespace
