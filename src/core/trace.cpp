@@ -86,14 +86,22 @@ struct foreign_sink {
   std::mutex mutex;  // serialises writers; readers do not take it
   trace_ring ring;
 };
+// Never destroyed (as the list below): a detached worker of a runtime destroyed from inside
+// itself may still trace, or destroy its recorder, after static destructors ran.
 foreign_sink& foreign() {
-  static foreign_sink sink;
-  return sink;
+  static foreign_sink* sink = new foreign_sink();
+  return *sink;
 }
 
 // Every recorder of the process (trace_dump_request from a thread that is no executor).
-std::mutex recorders_mutex;
-std::vector<trace_recorder*> recorders;  // guarded by recorders_mutex
+struct recorder_list {
+  std::mutex mutex;
+  std::vector<trace_recorder*> all;  // guarded by mutex
+};
+recorder_list& recorder_registry() {
+  static recorder_list* list = new recorder_list();
+  return *list;
+}
 
 std::uint32_t round_up_to_power_of_two(std::uint32_t n) noexcept {
   std::uint32_t capacity = 64;
@@ -263,16 +271,18 @@ trace_recorder::trace_recorder(std::uint32_t max_executors, const diagnostics_op
     rings_[i].executor_index = std::uint16_t(i);
   }
   {
-    std::lock_guard lock(recorders_mutex);
-    recorders.push_back(this);
+    recorder_list& list = recorder_registry();
+    std::lock_guard lock(list.mutex);
+    list.all.push_back(this);
   }
   if (options.tracing) set_enabled(true);
 }
 
 trace_recorder::~trace_recorder() {
   set_enabled(false);
-  std::lock_guard lock(recorders_mutex);
-  recorders.erase(std::find(recorders.begin(), recorders.end(), this));
+  recorder_list& list = recorder_registry();
+  std::lock_guard lock(list.mutex);
+  list.all.erase(std::find(list.all.begin(), list.all.end(), this));
 }
 
 void trace_recorder::attach(executor* owner, std::uint32_t index) {
@@ -356,8 +366,9 @@ void trace_dump_request(const char* reason, std::chrono::nanoseconds last) noexc
       if (ring->owner->enabled()) ring->owner->request_dump(reason, last);
       return;
     }
-    std::lock_guard lock(recorders_mutex);
-    for (trace_recorder* recorder : recorders) {
+    recorder_list& list = recorder_registry();
+    std::lock_guard lock(list.mutex);
+    for (trace_recorder* recorder : list.all) {
       if (recorder->enabled()) recorder->request_dump(reason, last);
     }
   } catch (...) {
