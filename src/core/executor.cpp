@@ -320,9 +320,7 @@ runnable* executor::steal_round() noexcept {
       // wait for the runnable to return (executor-loop.md, "stuck owners").
       if (runnable* r = other.local().steal_into(local_, other.in_long_runnable())) {
         trace_event(trace_kind::steal, victim);
-        // relaxed: single writer (this thread); readers sample.
-        stats_.steals.store(stats_.steals.load(std::memory_order_relaxed) + 1,
-                            std::memory_order_relaxed);
+        metrics::bump(stats_.steals);
         return r;
       }
     }
@@ -372,9 +370,7 @@ void executor::run_one(runnable* r) noexcept {
   running_.store(r, std::memory_order_relaxed);
   metrics::run_measured(*this, r);  // r->run(), timed while histograms are on
   running_.store(nullptr, std::memory_order_relaxed);  // relaxed: as above
-  // relaxed: single writer; the counters are samples for diagnostics and the monitor.
-  stats_.runnables_run.store(stats_.runnables_run.load(std::memory_order_relaxed) + 1,
-                             std::memory_order_relaxed);
+  metrics::bump(stats_.runnables_run);
   progress_.store(tick_, std::memory_order_relaxed);
   // Service after `budget` runnables, or once a service interval of busy time has passed (one
   // relaxed load of the coarse clock: cheaper than any clock read, time-slicing.md).

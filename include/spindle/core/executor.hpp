@@ -9,7 +9,11 @@
 //   - `offers` (the owner publishes promoted fork-join work, anyone takes one item);
 //   - `timers` (anyone arms/disarms; the owner fires);
 //   - `parker`, which is the reactor (anyone unparks; I/O is owner-only); `stats` (owner
-//     writes, anyone reads).
+//     writes, anyone reads; inbox pushes are counted by the pushers);
+//   - diagnostics (docs/design/diagnostics.md): `running` (the runnable it runs, owner-stored,
+//     sampled by the monitor's stall watch, never dereferenced), its trace ring (owner writes,
+//     readers copy and drop torn events, core/trace.hpp) and its histograms (owner records while
+//     they are on, readers take snapshots, core/histogram.hpp).
 //
 // The loop (see docs/design/executor-loop.md), one iteration:
 //   0. the mailbox (inter-executor messages, docs/design/messaging.md): one relaxed load when

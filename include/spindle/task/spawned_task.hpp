@@ -344,7 +344,6 @@ struct cooperative_await {
   // what its executor has queued. Returns true (the caller's await_suspend suspends) and must be
   // the caller's last touch of the awaiter: the task may already be running on another thread.
   static bool yield(spawned_task_base& task, std::coroutine_handle<> resume_at) noexcept {
-    task.set_resume_point(resume_at);
     core::metrics::record_forced_yield();  // before the reschedule: `task` may run elsewhere
     task.set_resume_point(resume_at, {wait_kind::yield});
     task.yield_to_scheduler();
