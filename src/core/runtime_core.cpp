@@ -185,12 +185,7 @@ void runtime_core::start(std::shared_ptr<runtime_core> self) {
 }
 
 void runtime_core::executor_awake(std::uint64_t now_ns) noexcept {
-  // relaxed: the coarse clock is a sample; a lost race with the monitor leaves a value that is
-  // at most one tick old either way.
-  std::uint64_t seen = coarse_now_ns_.load(std::memory_order_relaxed);
-  while (seen < now_ns &&
-         !coarse_now_ns_.compare_exchange_weak(seen, now_ns, std::memory_order_relaxed)) {
-  }
+  advance_coarse_clock(now_ns);
   monitor_->executor_awake();
 }
 

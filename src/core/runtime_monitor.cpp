@@ -113,8 +113,8 @@ void runtime_monitor::trim_idle_frame_depot(std::uint64_t idle_ns) noexcept {
 }
 
 void runtime_monitor::tick(std::uint64_t now) noexcept {
-  // relaxed: the coarse clock is a sample; readers tolerate a value one tick old.
-  core_.coarse_now_ns_.store(now, std::memory_order_relaxed);
+  // Forward only: a waking executor may have advanced it past this tick's `now` meanwhile.
+  core_.advance_coarse_clock(now);
   ticks_.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
   const std::uint32_t count = core_.executor_count();
   if (views_.size() < count) views_.resize(count, executor_view{0, now, 0, now});

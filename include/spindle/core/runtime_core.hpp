@@ -299,6 +299,15 @@ class runtime_core final : public scheduler {
   }
   // The coarse clock's word itself, for readers that keep its address (task records).
   const std::atomic<std::uint64_t>& coarse_clock() const noexcept { return coarse_now_ns_; }
+  // Moves the coarse clock forward to `now_ns`, never back (the monitor's tick and a waking
+  // executor both advance it): task records subtract its stamps, so it must be monotonic.
+  void advance_coarse_clock(std::uint64_t now_ns) noexcept {
+    // relaxed: the clock is a sample; only its monotonicity matters, which the CAS keeps.
+    std::uint64_t seen = coarse_now_ns_.load(std::memory_order_relaxed);
+    while (seen < now_ns &&
+           !coarse_now_ns_.compare_exchange_weak(seen, now_ns, std::memory_order_relaxed)) {
+    }
+  }
   std::uint64_t service_interval_ns() const noexcept { return service_interval_ns_; }
   // G2 metrics: whether executors record poll-time and wake-to-poll histograms and schedulers
   // stamp runnables (executor_metrics.hpp). Starts as options().diagnostics.histograms; any
