@@ -115,9 +115,9 @@ void wake_if_receiving(actor_cell& cell) noexcept {
   }
 }
 
-}  // namespace
-
-send_result push_message(actor_cell& cell, envelope* message) noexcept {
+// The body of push_message, with or without its trace event (see push_message).
+template <bool traced>
+send_result push_message_as(actor_cell& cell, envelope* message) noexcept {
   if (cell.capacity != 0) {
     // relaxed: the counter only bounds the mailbox; the push below publishes the envelope.
     if (cell.queued.fetch_add(1, std::memory_order_relaxed) >= cell.capacity) {
@@ -126,7 +126,9 @@ send_result push_message(actor_cell& cell, envelope* message) noexcept {
       return send_result::mailbox_full;
     }
   }
-  core::trace_event(core::trace_kind::actor_send, cell.id, core::trace_ref(message));
+  if constexpr (traced) {
+    core::trace_record(core::trace_kind::actor_send, cell.id, core::trace_ref(message), 0);
+  }
   if (!push_envelope(cell, message)) {
     if (cell.capacity != 0) cell.queued.fetch_sub(1, std::memory_order_relaxed);
     message->destroy(message);  // invariant X: the sender destroys what it could not queue
@@ -134,6 +136,20 @@ send_result push_message(actor_cell& cell, envelope* message) noexcept {
   }
   wake_if_receiving(cell);
   return send_result::queued;
+}
+
+[[gnu::cold, gnu::noinline]] send_result push_message_traced(actor_cell& cell,
+                                                             envelope* message) noexcept {
+  return push_message_as<true>(cell, message);
+}
+
+}  // namespace
+
+// A leaf on every send's path: the trace test tail-calls a traced copy, so the untraced path
+// keeps no registers across a call (core/trace.hpp, "Leaf functions").
+send_result push_message(actor_cell& cell, envelope* message) noexcept {
+  if (core::trace_active()) [[unlikely]] return push_message_traced(cell, message);
+  return push_message_as<false>(cell, message);
 }
 
 void push_system_message(actor_cell& cell, envelope* message) noexcept {

@@ -20,10 +20,11 @@
 #include "spindle/core/runtime_core.hpp"
 
 namespace spindle::core {
-namespace {
 
-// constinit: read from the ping signal handler, which must not run a TLS initialiser.
-thread_local constinit executor* current_executor = nullptr;
+// Declared in executor.hpp (executor::current).
+thread_local constinit executor* detail::current_executor = nullptr;
+
+namespace {
 
 // The ping signal's dispositions before spindle installed its handler, per signal number
 // (written under ping_install_mutex before the handler is installed, read-only afterwards).
@@ -59,7 +60,7 @@ void executor::install_ping_signal(int signal_number) {
 
 void executor::on_ping_signal(int signal_number, siginfo_t* info, void* context) noexcept {
   const int saved_errno = errno;  // the interrupted code may be between a call and its errno
-  executor* self = current_executor;
+  executor* self = detail::current_executor;
   // relaxed exchange: a lock-free RMW, signal-safe; it only tells whether the monitor meant
   // this signal (set before its pthread_kill) and tells the monitor the ping was taken.
   if (self != nullptr && self->ping_pending_.exchange(false, std::memory_order_relaxed)) {
@@ -122,7 +123,6 @@ executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& cloc
   if (random_state_ == 0) random_state_ = 1;
 }
 
-executor* executor::current() noexcept { return current_executor; }
 
 void executor::bind_thread() noexcept {
   if (placement_.os_index == executor_placement::unknown) return;
@@ -782,7 +782,7 @@ void executor::park() noexcept {
 }
 
 void executor::run_loop() noexcept {
-  current_executor = this;
+  detail::current_executor = this;
   trace_attach_thread(core_.trace(), *this, index_);
   reactor_->attach_owner();
   if (const int signal_number = core_.options().ping_signal; signal_number != 0) {
@@ -835,7 +835,7 @@ void executor::run_loop() noexcept {
   }
   request_ping(0);
   reactor_->drain();  // shutdown step 4 (runtime_core.hpp), on the reactor's owner thread
-  current_executor = nullptr;
+  detail::current_executor = nullptr;
   trace_detach_thread();
   current_slice_clock = slice_clock{};
 }

@@ -34,7 +34,11 @@ void spawned_task_base::enter_table(const spawn_location& where) {
                             parent != nullptr ? pack_task_id(parent->id_.index, parent->id_.serial)
                                               : no_parent,
                             record_now_ns(host_->record_clock));
-  core::trace_event(core::trace_kind::spawn, trace_id());
+  if (core::trace_active()) [[unlikely]] trace(core::trace_kind::spawn);
+}
+
+void spawned_task_base::trace(core::trace_kind kind, std::uint32_t aux) const noexcept {
+  core::trace_record(kind, trace_id(), 0, aux);
 }
 
 void spawned_task_base::run_entry(core::runnable* self) noexcept {
@@ -57,7 +61,7 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
   current_task = t;
   refill_cooperative_budget();
-  core::trace_event(core::trace_kind::poll_start, t->trace_id());
+  if (core::trace_active()) [[unlikely]] t->trace(core::trace_kind::poll_start);
   run_trampoline(t->resume_point_);
   core::trace_event(core::trace_kind::poll_end, 0);  // ends this thread's innermost poll
   // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
@@ -181,7 +185,7 @@ bool spawned_task_base::withdraw_joiner() noexcept {
 }
 
 void spawned_task_base::complete_with(outcome_kind outcome) noexcept {
-  core::trace_event(core::trace_kind::task_end, trace_id(), 0, std::uint32_t(outcome));
+  if (core::trace_active()) [[unlikely]] trace(core::trace_kind::task_end, std::uint32_t(outcome));
   outcome_ = outcome;
   if (table_ != nullptr) {
     if (record_ != nullptr) record_->on_complete(record_now_ns(host_->record_clock));

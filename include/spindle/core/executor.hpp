@@ -103,6 +103,14 @@
 namespace spindle::core {
 
 class runtime_core;
+class executor;
+
+namespace detail {
+// The executor whose worker loop runs on this thread (executor::current). constinit: the ping
+// signal handler reads it, which must not run a TLS initialiser; and other translation units
+// read it with one TLS load instead of a call to a TLS wrapper.
+extern thread_local constinit executor* current_executor;
+}  // namespace detail
 
 // Counters a reader may sample at any time; each has a single writer (the executor).
 struct executor_stats {
@@ -221,7 +229,7 @@ class executor {
   bool has_rescuable_work() const noexcept;
 
   // The executor running on this thread, or null on threads that are not workers.
-  static executor* current() noexcept;
+  static executor* current() noexcept { return detail::current_executor; }
 
   // Sends a message to executor `target` (any executor of this runtime, including this one).
   // On a worker thread of this runtime the message comes from the CURRENT executor's pool and

@@ -145,7 +145,7 @@ class spawned_task_base : public core::runnable {
   void clear_wait() noexcept;
   // Wakes the task (schedules it). Exactly once per suspension, by whoever won the wait.
   void wake() noexcept {
-    core::trace_event(core::trace_kind::wake, trace_id());
+    if (core::trace_active()) [[unlikely]] trace(core::trace_kind::wake);
     // A task woken while it runs (it registered, then what it waits on was ready at once) wakes
     // itself; record_ is valid: the task is suspended (or running) until this schedule.
     if (record_ != nullptr) {
@@ -183,6 +183,9 @@ class spawned_task_base : public core::runnable {
   // The id as trace events, snapshots and warnings carry it: slot index << 32 | serial
   // (pack_task_id, task_record.hpp).
   std::uint64_t trace_id() const noexcept { return std::uint64_t(id_.index) << 32 | id_.serial; }
+  // An event about this task, recorded while some runtime traces. The event points test
+  // core::trace_active() and call this out of line, so the untraced path does not load the id.
+  [[gnu::cold, gnu::noinline]] void trace(core::trace_kind kind, std::uint32_t aux = 0) const noexcept;
   // Occupies a slot in the host's table (before the task is first scheduled).
   // Records where it was spawned (`where`) and by which task (the one running on this thread).
   void enter_table(const spawn_location& where = spawn_location::current());

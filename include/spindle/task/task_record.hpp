@@ -139,6 +139,9 @@ struct task_record {
     counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
 
+  // Layout: the fields every poll, suspension and wake writes come first, so that with the
+  // slot's task and serial they fill one cache line (task_table::slot is line-aligned, 192 bytes:
+  // three lines); a suspension also writes the second, a spawn all three.
   field<std::uint8_t> state{0};      // task_state
   field<std::uint8_t> wait_kind{0};  // spindle::wait_kind; read only while suspended
   // G4 "lost waker": whether the task's last suspension went through a primitive that keeps a
@@ -146,21 +149,23 @@ struct task_record {
   // awaitable that described nothing. Meaningful only while suspended (readers ignore it else).
   field<std::uint8_t> waker_registered{0};
   field<std::uint16_t> executor{0};  // the executor (or table shard) that last polled it
-  field<std::uint32_t> line{0};      // spawn location
-  field<const char*> file{nullptr};
-  field<const char*> function{nullptr};
-  field<std::uint64_t> parent{no_parent};  // pack_task_id of the spawning task, or no_parent
+  field<std::uint64_t> polls{0};
+  field<std::uint64_t> wakes{0};  // G4: wakes by others and by itself (self_wakes included)
+  field<std::uint64_t> last_wake_ns{0};     // G4: when it was last woken (spawn counts as a wake)
+  field<std::uint64_t> poll_started_ns{0};  // start of the current poll (while running)
+  field<std::uint64_t> scheduled_ns{0};  // sum of waits between a wake and the poll it led to
+  // Second line: the suspension's details and the rarer counters.
+  field<std::uint64_t> busy_ns{0};        // sum of poll lengths
+  field<std::uint64_t> self_wakes{0};     // G4: wakes while it ran (yield_now, budget yields)
+  field<std::uint64_t> suspended_ns{0};   // when it last suspended
   field<std::uint64_t> wait_object{0};
   field<std::uint64_t> wait_number{0};
-  field<std::uint64_t> polls{0};
-  field<std::uint64_t> wakes{0};       // G4: wakes by others and by itself (self_wakes included)
-  field<std::uint64_t> self_wakes{0};  // G4: wakes while it ran (yield_now, budget yields)
-  field<std::uint64_t> busy_ns{0};     // sum of poll lengths
-  field<std::uint64_t> scheduled_ns{0};  // sum of waits between a wake and the poll it led to
   field<std::uint64_t> created_ns{0};
-  field<std::uint64_t> last_wake_ns{0};  // G4: when it was last woken (spawn counts as a wake)
-  field<std::uint64_t> poll_started_ns{0};  // start of the current poll (while running)
-  field<std::uint64_t> suspended_ns{0};     // when it last suspended
+  field<std::uint64_t> parent{no_parent};  // pack_task_id of the spawning task, or no_parent
+  field<const char*> file{nullptr};        // spawn location
+  // Third line: the rest of the spawn location and the name.
+  field<const char*> function{nullptr};
+  field<std::uint32_t> line{0};
   // The name: `name_sequence` is odd while the name changes (its writer is the task's owner).
   field<std::uint32_t> name_sequence{0};
   field<std::uint64_t> name_words[(task_name_capacity + 1) / 8]{};

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -97,13 +98,17 @@ class task_table {
   std::size_t live_count() const noexcept;
 
  private:
-  struct slot {
+  // Line-aligned: a task's hot record fields share the slot's first line (task_record).
+  struct alignas(core::cache_line_size) slot {
     // acquire/release on `task` only for the cross-thread reads documented above.
     std::atomic<spawned_task_base*> task{nullptr};
     std::atomic<std::uint32_t> serial{0};
     std::uint32_t next_free = no_slot;  // link in a free list / returned stack
     task_record record;  // see "Records"
   };
+  static_assert(sizeof(slot) == 3 * core::cache_line_size, "task_record's layout: three lines");
+  static_assert(offsetof(slot, record) + offsetof(task_record, busy_ns) == core::cache_line_size,
+                "task_record's layout: the hot fields fill the slot's first line");
   struct chunk {
     slot slots[chunk_slots];
     std::uint32_t shard = 0;
