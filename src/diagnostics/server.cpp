@@ -418,6 +418,11 @@ int server::state::host_verdict(std::string_view host) const {
   }
   std::uint16_t ignored = 0;
   if (name.empty() || (has_port && !port.empty() && !parse_port(port, ignored))) return 400;
+  // A blank or a control character (a folded "Host: a\r\n b", a NUL) makes no host name.
+  if (std::any_of(name.begin(), name.end(),
+                  [](char ch) { return static_cast<unsigned char>(ch) <= ' ' || ch == 0x7f; })) {
+    return 400;
+  }
   if (!bound.loopback) return 0;  // the user chose to serve beyond loopback
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),

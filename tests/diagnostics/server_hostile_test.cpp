@@ -312,6 +312,7 @@ TEST(DiagnosticsServerHostile, TheHostARequestNamesIsChecked) {
       {"a blank before the colon", "GET /metrics HTTP/1.1\r\nHost : evil.example\r\n\r\n", 400},
       {"a blank before the colon, loopback", "GET /metrics HTTP/1.1\r\nHost : 127.0.0.1\r\n\r\n", 400},
       {"a blank before the colon, HTTP/1.0", "GET /metrics HTTP/1.0\r\nHost : evil.example\r\n\r\n", 400},
+      {"a folded Host", "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n evil.example\r\n\r\n", 400},
       {"a port that is not a number", "GET /metrics HTTP/1.1\r\nHost: localhost:abc\r\n\r\n", 400},
       {"absolute target elsewhere, loopback Host",
        "GET http://evil.example/metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 403},
