@@ -10,6 +10,16 @@
 //              for a short while (a close with unread input would reset the connection, and
 //              the client could lose the answer it has not read yet: a "lingering close");
 // then it is closed. Sockets are non-blocking, so no client can hold the thread.
+//
+// A connection over max_connections is "refused": its 503 is sent at once (a fresh socket
+// always takes those few hundred bytes), it is shut for writing and starts in `draining`, so
+// its request, unread, cannot make the close a reset. Refused connections do not count against
+// max_connections; at most max_lingering_refusals linger, the next are read once and closed.
+//
+// The answer budget: `answer_bytes_held` is the sum of the built answers not yet taken by the
+// sockets (each connection's `output`), changed only on this thread. An endpoint's answer is
+// built only if the endpoint's previous answer would still fit, and kept only if it does fit
+// (server_limits::max_answer_bytes_held); otherwise the request gets 503 + Retry-After.
 #include "spindle/diagnostics/server.hpp"
 
 #include <arpa/inet.h>
@@ -48,6 +58,10 @@ using steady = std::chrono::steady_clock;
 // how much is read from it at most.
 constexpr auto drain_time = std::chrono::milliseconds(500);
 constexpr std::size_t drain_bytes = 64 * 1024;
+
+// What an answer adds to its body, at most (status line and headers), counted against the
+// answer budget before the answer is serialised.
+constexpr std::size_t head_allowance = 1024;
 
 // --- addresses -------------------------------------------------------------------------------------
 
@@ -145,6 +159,15 @@ const char* reason_of(int status) {
   }
 }
 
+const char* default_reason_of_refusal(int status) {
+  switch (status) {
+    case 405: return "only GET is served";
+    case 413: return "requests have no body here";
+    case 431: return "request line and headers are limited to max_header_bytes (8 KiB)";
+    default: return "malformed request";
+  }
+}
+
 struct answer {
   int status = 200;
   std::string_view content_type = "text/plain; charset=utf-8";
@@ -161,6 +184,7 @@ answer error_answer(int status, std::string_view why) {
     a.body += '\n';
   }
   if (status == 405) a.extra_headers = "Allow: GET\r\n";
+  if (status == 503) a.extra_headers = "Retry-After: 1\r\n";
   return a;
 }
 
@@ -203,12 +227,15 @@ struct connection {
   std::string url;
   std::string host;
   bool field_is_host = false;
+  std::uint8_t host_headers = 0;  // how many Host headers (more than one: 400)
   std::string field;  // the current header's name (its first 16 characters)
   std::uint64_t body_bytes = 0;
   std::uint64_t body_limit = 0;
   bool last_was_value = false;
   bool message_done = false;
-  int refusal = 0;  // a status decided while parsing (405, 413, 431, 403)
+  int refusal = 0;  // a status decided while parsing (400, 405, 413, 431)
+  const char* refusal_why = nullptr;  // its sentence (null: default_reason_of_refusal)
+  bool refused = false;  // over max_connections: a 503 sent, lingering (not a serving slot)
   std::string output;
   std::size_t written = 0;
   std::size_t drained = 0;
@@ -228,6 +255,16 @@ struct server::state {
   std::atomic<std::uint64_t> refused{0};
   std::atomic<std::uint64_t> answered{0};
   std::atomic<std::uint64_t> rejected{0};
+  std::atomic<std::uint64_t> over_budget{0};
+  // The answer budget (see the file's first comment). `held_bytes` is this thread's; the two
+  // atomics mirror it for statistics() (relaxed: samples, nothing is published through them).
+  std::size_t held_bytes = 0;
+  std::atomic<std::uint64_t> held_now{0};
+  std::atomic<std::uint64_t> held_peak{0};
+  // Each endpoint's previous answer size: the guess of the next one's (server thread only).
+  enum endpoint : std::uint8_t { page_endpoint, metrics_endpoint, snapshot_endpoint, trace_endpoint,
+                                 endpoint_count };
+  std::size_t last_answer_bytes[endpoint_count]{};
   http_parser_settings settings{};
 
   ~state() {
@@ -235,8 +272,31 @@ struct server::state {
     if (wake_fd >= 0) ::close(wake_fd);
   }
 
-  bool host_allowed(std::string_view host) const;
+  int host_verdict(std::string_view host) const;
   answer route(const connection& c);
+
+  // May an answer of `bytes` (its body) be held now? Always when nothing else is held, so an
+  // answer larger than the whole budget is still served alone.
+  bool fits(std::size_t bytes) const {
+    return held_bytes == 0 || held_bytes + bytes + head_allowance <= limits.max_answer_bytes_held;
+  }
+  void hold(std::size_t bytes) {
+    held_bytes += bytes;
+    // relaxed: samples for statistics(); only this thread writes them.
+    held_now.store(held_bytes, std::memory_order_relaxed);
+    if (held_bytes > held_peak.load(std::memory_order_relaxed)) {
+      held_peak.store(held_bytes, std::memory_order_relaxed);
+    }
+  }
+  void release(std::size_t bytes) {
+    held_bytes -= bytes;
+    held_now.store(held_bytes, std::memory_order_relaxed);  // relaxed: a sample
+  }
+  answer over_budget_answer() {
+    over_budget.fetch_add(1, std::memory_order_relaxed);  // relaxed: a sample
+    return error_answer(503, "the diagnostics server holds as many answers as it may "
+                             "(max_answer_bytes_held); try again when clients have read theirs");
+  }
 };
 
 namespace {
@@ -268,6 +328,13 @@ http_parser_settings parser_settings() {
   settings.on_header_field = [](http_parser* p, const char* at, std::size_t length) {
     connection& c = of(p);
     if (count_header_bytes(p, length, c.header_limit) != 0) return 1;
+    // libhttp-parser (not strict) takes "Host : x" as a field named "Host ": a header name
+    // with a blank is refused, so no Host header can hide from the check.
+    if (std::any_of(at, at + length, [](char ch) { return ch == ' ' || ch == '\t'; })) {
+      c.refusal = 400;
+      c.refusal_why = "a header name has a blank in it (\"Host :\")";
+      return 1;
+    }
     // A field name may come in pieces (split across reads); a new one starts after a value.
     if (c.last_was_value) c.field.clear();
     c.last_was_value = false;
@@ -283,7 +350,11 @@ http_parser_settings parser_settings() {
                                                             return std::tolower(
                                                                        static_cast<unsigned char>(x)) == y;
                                                           });
-      if (c.field_is_host) c.host.clear();
+      if (c.field_is_host && ++c.host_headers > 1) {
+        c.refusal = 400;
+        c.refusal_why = "more than one Host header";
+        return 1;
+      }
     }
     c.last_was_value = true;
     if (c.field_is_host) c.host.append(at, length);
@@ -291,7 +362,10 @@ http_parser_settings parser_settings() {
   };
   settings.on_headers_complete = [](http_parser* p) {
     connection& c = of(p);
-    if (p->method != HTTP_GET) {
+    if (c.host_headers == 0 && (p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1))) {
+      c.refusal = 400;
+      c.refusal_why = "an HTTP/1.1 request must have a Host header";
+    } else if (p->method != HTTP_GET) {
       c.refusal = 405;
     } else if ((p->flags & F_CHUNKED) != 0 ||
                (p->content_length != ULLONG_MAX && p->content_length > c.body_limit)) {
@@ -319,21 +393,43 @@ http_parser_settings parser_settings() {
 
 }  // namespace
 
-bool server::state::host_allowed(std::string_view host) const {
-  if (!bound.loopback) return true;  // the user chose to serve beyond loopback
-  // HTTP/1.0 clients may send none; browsers (what rebinding abuses) always send one.
-  if (host.empty()) return true;
-  // Strip ":port" (after "]" for an IPv6 literal).
+// 0: the request may be answered; 400: `host` is not NAME[:PORT]; 403: NAME is not one of
+// 127.0.0.1, localhost, [::1] and the bound address (DNS rebinding: a page whose name resolves
+// to 127.0.0.1 sends its own name). Every form is checked even when serving beyond loopback.
+int server::state::host_verdict(std::string_view host) const {
+  while (!host.empty() && (host.back() == ' ' || host.back() == '\t')) host.remove_suffix(1);
   std::string_view name = host;
-  const auto bracket = name.rfind(']');
-  const auto colon = name.rfind(':');
-  if (colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket)) {
+  std::string_view port;
+  bool has_port = false;
+  if (!name.empty() && name.front() == '[') {
+    const auto close = name.find(']');
+    if (close == std::string_view::npos) return 400;
+    const std::string_view rest = name.substr(close + 1);
+    name = name.substr(0, close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return 400;
+      port = rest.substr(1);
+      has_port = true;
+    }
+  } else if (const auto colon = name.find(':'); colon != std::string_view::npos) {
+    port = name.substr(colon + 1);
     name = name.substr(0, colon);
+    has_port = true;
   }
+  std::uint16_t ignored = 0;
+  if (name.empty() || (has_port && !port.empty() && !parse_port(port, ignored))) return 400;
+  // A blank or a control character (a folded "Host: a\r\n b", a NUL) makes no host name.
+  if (std::any_of(name.begin(), name.end(),
+                  [](char ch) { return static_cast<unsigned char>(ch) <= ' ' || ch == 0x7f; })) {
+    return 400;
+  }
+  if (!bound.loopback) return 0;  // the user chose to serve beyond loopback
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  return lower == "localhost" || lower == "127.0.0.1" || lower == "[::1]" || lower == bound.host;
+  const bool ours =
+      lower == "localhost" || lower == "127.0.0.1" || lower == "[::1]" || lower == bound.host;
+  return ours ? 0 : 403;
 }
 
 answer server::state::route(const connection& c) {
@@ -343,6 +439,21 @@ answer server::state::route(const connection& c) {
       !(parts.field_set & (1 << UF_PATH))) {
     return error_answer(400, "malformed request target");
   }
+  // An absolute-form target (GET http://NAME/...) names the host the request is for, whatever
+  // the Host header says: it is checked the same way.
+  if (parts.field_set & (1 << UF_HOST)) {
+    std::string named(c.url.data() + parts.field_data[UF_HOST].off, parts.field_data[UF_HOST].len);
+    if (named.find(':') != std::string::npos) named = "[" + named + "]";  // an IPv6 literal
+    if (parts.field_set & (1 << UF_PORT)) {
+      named += ':';
+      named.append(c.url.data() + parts.field_data[UF_PORT].off, parts.field_data[UF_PORT].len);
+    }
+    if (const int verdict = host_verdict(named); verdict != 0) {
+      return error_answer(verdict, verdict == 403 ? "the request's target names another host "
+                                                    "(DNS rebinding?)"
+                                                  : "malformed host in the request's target");
+    }
+  }
   const std::string_view path(c.url.data() + parts.field_data[UF_PATH].off,
                               parts.field_data[UF_PATH].len);
   std::string_view query;
@@ -350,28 +461,34 @@ answer server::state::route(const connection& c) {
     query = std::string_view(c.url.data() + parts.field_data[UF_QUERY].off,
                              parts.field_data[UF_QUERY].len);
   }
-  auto call = [](const std::function<std::string()>& f, std::string_view type,
-                 std::string_view headers = {}) {
-    if (!f) return error_answer(404, "not provided by this program");
+  // Builds an endpoint's answer within the budget: not at all when the endpoint's previous
+  // answer would not fit now, dropped at once when this one does not.
+  auto call = [this](endpoint which, const auto& build, std::string_view type,
+                     std::string_view headers = {}) {
+    if (!fits(last_answer_bytes[which])) return over_budget_answer();
     answer a;
     a.content_type = type;
     a.extra_headers = headers;
-    a.body = f();
+    a.body = build();
+    last_answer_bytes[which] = a.body.size();
+    if (!fits(a.body.size())) return over_budget_answer();
     return a;
   };
   if (path == "/" || path == "/index.html") {
-    answer a;
-    a.content_type = "text/html; charset=utf-8";
-    a.extra_headers = page_headers;
-    a.body = std::string(server::page());
-    return a;
+    return call(page_endpoint, [] { return std::string(server::page()); },
+                "text/html; charset=utf-8", page_headers);
   }
   if (path == "/metrics") {
-    return call(providers.metrics, "text/plain; version=0.0.4; charset=utf-8");
+    if (!providers.metrics) return error_answer(404, "not provided by this program");
+    return call(metrics_endpoint, providers.metrics, "text/plain; version=0.0.4; charset=utf-8");
   }
-  if (path == "/api/snapshot") return call(providers.snapshot, "application/json");
+  if (path == "/api/snapshot") {
+    if (!providers.snapshot) return error_answer(404, "not provided by this program");
+    return call(snapshot_endpoint, providers.snapshot, "application/json");
+  }
   if (path == "/api/trace") {
-    std::uint32_t ms = 2000;
+    // 0 (and no ms): everything the rings hold, as diagnostics::trace_json(registry, 0ms).
+    std::uint32_t ms = 0;
     // Parameters are name=value pairs joined by '&'; only "ms" means something here.
     std::string_view rest = query;
     while (!rest.empty()) {
@@ -382,19 +499,16 @@ answer server::state::route(const connection& c) {
       const std::string_view value = pair.substr(3);
       unsigned n = 0;
       auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (value.empty() || error != std::errc() || end != value.data() + value.size() || n == 0 ||
+      if (value.empty() || error != std::errc() || end != value.data() + value.size() ||
           n > limits.max_trace_ms) {
-        return error_answer(400, "ms must be a whole number of milliseconds from 1 to " +
-                                     std::to_string(limits.max_trace_ms));
+        return error_answer(400, "ms must be a whole number of milliseconds from 0 (everything "
+                                 "the rings hold) to " + std::to_string(limits.max_trace_ms));
       }
       ms = n;
     }
     if (!providers.trace) return error_answer(404, "not provided by this program");
-    answer a;
-    a.content_type = "application/json";
-    a.extra_headers = trace_headers;
-    a.body = providers.trace(std::chrono::milliseconds(ms));
-    return a;
+    return call(trace_endpoint, [&] { return providers.trace(std::chrono::milliseconds(ms)); },
+                "application/json", trace_headers);
   }
   return error_answer(404, "endpoints: /, /metrics, /api/snapshot, /api/trace?ms=N");
 }
@@ -506,6 +620,9 @@ server_statistics server::statistics() const noexcept {
   s.connections_refused = state_->refused.load(std::memory_order_relaxed);
   s.requests_answered = state_->answered.load(std::memory_order_relaxed);
   s.requests_rejected = state_->rejected.load(std::memory_order_relaxed);
+  s.answers_over_budget = state_->over_budget.load(std::memory_order_relaxed);
+  s.answer_bytes_held = state_->held_now.load(std::memory_order_relaxed);
+  s.answer_bytes_held_peak = state_->held_peak.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -515,13 +632,33 @@ server_statistics server::statistics() const noexcept {
 void server::run() noexcept {
   state& st = *state_;
   std::vector<connection> connections;
-  connections.reserve(st.limits.max_connections);
+  connections.reserve(std::size_t{st.limits.max_connections} + st.limits.max_lingering_refusals);
+  std::uint32_t serving = 0;    // connections that are not refused ones
+  std::uint32_t lingering = 0;  // refused connections still being drained
   std::vector<pollfd> fds;
   // After EMFILE/ENFILE the listening socket stays readable; it is left alone for a moment.
   steady::time_point accept_paused_until{};
+  const std::string busy = serialise(error_answer(503, "too many connections to the diagnostics server"));
 
+  // The answer's bytes leave the budget when the socket has taken them or the connection goes.
+  const auto release_output = [&st](connection& c) {
+    st.release(c.output.size());
+    std::string().swap(c.output);
+  };
+  const auto close_connection = [&](connection& c) {
+    release_output(c);
+    ::close(c.fd);
+    c.fd = -1;
+    if (c.refused) {
+      --lingering;
+    } else {
+      --serving;
+    }
+  };
   const auto respond = [&st](connection& c, const answer& a) {
+    st.release(c.output.size());  // (none: one answer per connection)
     c.output = serialise(a);
+    st.hold(c.output.size());
     c.written = 0;
     c.now = phase::writing;
     c.deadline = steady::now() + st.limits.response_deadline;
@@ -531,8 +668,12 @@ void server::run() noexcept {
   };
   const auto answer_request = [&st, &respond](connection& c) {
     answer a;
-    if (!st.host_allowed(c.host)) {
+    // An HTTP/1.0 request may have no Host (the parser refused an HTTP/1.1 one without).
+    const int verdict = c.host_headers == 0 ? 0 : st.host_verdict(c.host);
+    if (verdict == 403) {
       a = error_answer(403, "the Host header names no loopback address (DNS rebinding?)");
+    } else if (verdict != 0) {
+      a = error_answer(400, "the Host header is not NAME[:PORT]");
     } else {
       try {
         a = st.route(c);
@@ -560,10 +701,9 @@ void server::run() noexcept {
         return true;
       }
       if (c.refusal != 0) {
-        respond(c, error_answer(c.refusal, c.refusal == 405   ? "only GET is served"
-                                           : c.refusal == 413 ? "requests have no body here"
-                                                              : "request line and headers are "
-                                                                "limited to 8 KiB"));
+        respond(c, error_answer(c.refusal, c.refusal_why != nullptr
+                                               ? c.refusal_why
+                                               : default_reason_of_refusal(c.refusal)));
         return true;
       }
       if (error != HPE_OK || parsed != static_cast<std::size_t>(n)) {
@@ -572,7 +712,7 @@ void server::run() noexcept {
       }
     }
   };
-  const auto write_some = [](connection& c) -> bool {  // false: close now
+  const auto write_some = [&release_output](connection& c) -> bool {  // false: close now
     while (c.written < c.output.size()) {
       const ssize_t n = ::send(c.fd, c.output.data() + c.written, c.output.size() - c.written,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -582,7 +722,7 @@ void server::run() noexcept {
     ::shutdown(c.fd, SHUT_WR);
     c.now = phase::draining;
     c.deadline = steady::now() + drain_time;
-    std::string().swap(c.output);
+    release_output(c);
     return true;
   };
   const auto drain_some = [](connection& c) -> bool {  // false: close now
@@ -605,17 +745,34 @@ void server::run() noexcept {
         }
         return;
       }
-      if (connections.size() >= st.limits.max_connections) {
+      if (serving >= st.limits.max_connections) {
         // relaxed: samples.
         st.refused.fetch_add(1, std::memory_order_relaxed);
-        const std::string busy =
-            serialise(error_answer(503, "too many connections to the diagnostics server"));
+        // The whole 503 fits a fresh socket's send buffer; then our FIN.
         [[maybe_unused]] const auto ignored =
             ::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        ::close(fd);
+        ::shutdown(fd, SHUT_WR);
+        if (lingering < st.limits.max_lingering_refusals) {
+          // Its request is read and dropped until the client closes (or drain_time): closing
+          // with it unread would answer with a reset, and the client could lose the 503.
+          connection& c = connections.emplace_back();
+          c.fd = fd;
+          c.refused = true;
+          c.now = phase::draining;
+          c.deadline = steady::now() + drain_time;
+          ++lingering;
+        } else {
+          // A flood: no time for it, but what has arrived is read, so the close is a FIN.
+          char buffer[4096];
+          for (int reads = 0; reads < 4 && ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT) > 0;
+               ++reads) {
+          }
+          ::close(fd);
+        }
         continue;
       }
       st.accepted.fetch_add(1, std::memory_order_relaxed);  // relaxed: a sample
+      ++serving;
       connection& c = connections.emplace_back();
       c.fd = fd;
       c.deadline = steady::now() + st.limits.request_deadline;
@@ -635,15 +792,11 @@ void server::run() noexcept {
       if (c.now == phase::reading) {
         respond(c, error_answer(408, "the request did not arrive in time"));
         c.deadline = now + std::chrono::milliseconds(100);  // one short try to tell the client
-        if (!write_some(c)) {
-          ::close(c.fd);
-          c.fd = -1;
-        }
+        if (!write_some(c)) close_connection(c);
         continue;
       }
       if (c.now == phase::writing) st.rejected.fetch_add(1, std::memory_order_relaxed);  // relaxed
-      ::close(c.fd);
-      c.fd = -1;
+      close_connection(c);
     }
     std::erase_if(connections, [](const connection& c) { return c.fd < 0; });
 
@@ -674,14 +827,11 @@ void server::run() noexcept {
       } else {
         keep = drain_some(c);
       }
-      if (!keep) {
-        ::close(c.fd);
-        c.fd = -1;
-      }
+      if (!keep) close_connection(c);
     }
   }
   for (connection& c : connections) {
-    if (c.fd >= 0) ::close(c.fd);
+    if (c.fd >= 0) close_connection(c);
   }
   // The port is free once stop() returns (the destructor may come much later).
   ::close(st.listen_fd);

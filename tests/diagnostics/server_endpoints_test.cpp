@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "diagnostics/server_test_client.hpp"
+#include "support/http_test_client.hpp"
 #include "spindle/diagnostics/server.hpp"
 #include "spindle/embed/embedded_executor.hpp"
 #include "spindle/spindle.hpp"
@@ -63,7 +63,7 @@ TEST(DiagnosticsServer, ServesEachEndpointWithItsContentType) {
   EXPECT_NE(trace.header("Content-Disposition").find("attachment"), std::string::npos);
   EXPECT_EQ(trace_ms.load(), 250);
   EXPECT_EQ(get(s.port(), "/api/trace").status, 200);
-  EXPECT_EQ(trace_ms.load(), 2000);  // the default window
+  EXPECT_EQ(trace_ms.load(), 0);  // no window: everything (TraceWithZeroOrNoMs...)
 
   auto page = get(s.port(), "/");
   EXPECT_EQ(page.status, 200);
@@ -78,6 +78,40 @@ TEST(DiagnosticsServer, ServesEachEndpointWithItsContentType) {
   const auto stats = s.statistics();
   EXPECT_EQ(stats.requests_answered, 7u);
   EXPECT_EQ(stats.requests_rejected, 1u);
+}
+
+// Issue 15, G5 attack: ?ms=0 was 400 on the server while diagnostics::trace_json(r, 0ms) means
+// "everything the rings hold"; the server now says what the API says, and so does no ms.
+TEST(DiagnosticsServer, TraceWithZeroOrNoMsMeansEverythingAsInTheApi) {
+  std::atomic<long> trace_ms{-1};
+  server s("127.0.0.1:0", sample_providers(&trace_ms));
+  const auto zero = get(s.port(), "/api/trace?ms=0");
+  EXPECT_EQ(zero.status, 200) << zero.body;
+  EXPECT_EQ(trace_ms.load(), 0);
+  trace_ms.store(-1);
+  EXPECT_EQ(get(s.port(), "/api/trace").status, 200);
+  EXPECT_EQ(trace_ms.load(), 0);
+  EXPECT_EQ(get(s.port(), "/api/trace?ms=60000").status, 200);
+  EXPECT_EQ(trace_ms.load(), 60000);
+  trace_ms.store(-1);
+  EXPECT_EQ(get(s.port(), "/api/trace?ms=60001").status, 400);
+  EXPECT_EQ(trace_ms.load(), -1);
+
+  // And in a runtime with tracing on, ?ms=0 serves the events the API's zero duration exports.
+  spindle::runtime_options options;
+  options.workers = 1;
+  options.diagnostics.tracing = true;
+  options.diagnostics.server_address = "127.0.0.1:0";
+  testing::internal::CaptureStderr();
+  spindle::runtime rt(options);
+  testing::internal::GetCapturedStderr();
+  for (int i = 0; i < 20; ++i) rt.block_on([]() -> spindle::task<int> { co_return 1; }());
+  const auto served = get(rt.diagnostics_port(), "/api/trace?ms=0");
+  ASSERT_EQ(served.status, 200) << served.body;
+  const auto events = nlohmann::json::parse(served.body)["traceEvents"];
+  std::size_t polls = 0;
+  for (const auto& e : events) polls += e.value("ph", "") == "X" ? 1 : 0;
+  EXPECT_GE(polls, 20u) << served.body.substr(0, 2000);
 }
 
 TEST(DiagnosticsServer, ThePageIsSelfContained) {

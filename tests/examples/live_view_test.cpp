@@ -19,7 +19,7 @@
 #include <regex>
 #include <string>
 
-#include "diagnostics/server_test_client.hpp"
+#include "support/http_test_client.hpp"
 
 #ifndef SPINDLE_EXAMPLE_PROGRAM
 #error "SPINDLE_EXAMPLE_PROGRAM (the path of spindle-example-live_view) must be defined"

@@ -6,7 +6,8 @@
 //                         and the vendored uPlot chart library are inline)
 //   GET /metrics          Prometheus text exposition (text/plain; version=0.0.4)
 //   GET /api/snapshot     the snapshot, JSON
-//   GET /api/trace?ms=N   Chrome Trace Event JSON of the last N ms (1 <= N <= max_trace_ms)
+//   GET /api/trace?ms=N   Chrome Trace Event JSON of the last N ms (0 <= N <= max_trace_ms; 0
+//                         or no ms: everything the rings hold, as diagnostics::trace_json(r, 0ms))
 //
 // Who takes part
 //   - the owner (a runtime or an embedded executor; task/live_view.hpp): builds the server with
@@ -20,13 +21,19 @@
 //
 // What the server defends against (a port on loopback is still reachable by every local user
 // and, through DNS rebinding, by web pages): it binds loopback addresses only unless told
-// otherwise; answers a request whose Host header names something other than a loopback name or
-// the bound address with 403 (rebinding); reads at most `max_header_bytes` of request line and
-// headers (431), no request body (413 past `max_body_bytes`), only GET (405), well-formed
-// requests (400), known paths (404), bounded queries (400); gives each connection a deadline
-// for the whole request and another for the answer (a slow or silent client is cut off), and
-// holds at most `max_connections` at once (the next ones get 503 and are closed). Every answer
-// closes its connection ("Connection: close"): no keep-alive state to defend.
+// otherwise; checks the request's host (DNS rebinding): an HTTP/1.1 request without a Host
+// header, with two of them, or with a header name that has a blank in it ("Host :") is 400; a
+// Host header or an absolute-form target (GET http://NAME/...) naming something other than
+// 127.0.0.1, localhost, [::1] or the bound address (each with any port) is 403; reads at most
+// `max_header_bytes` of request line and headers (431), no request body (413 past
+// `max_body_bytes`), only GET (405), well-formed requests (400), known paths (404), bounded
+// queries (400); gives each connection a deadline for the whole request and another for the
+// answer (a slow or silent client is cut off); holds at most `max_connections` at once (the
+// next ones get a complete 503 and an orderly close: at most `max_lingering_refusals` of them
+// are read and dropped for a moment, so the kernel does not reset them); and holds at most
+// `max_answer_bytes_held` of built answers at once (a request past it gets 503 with
+// Retry-After, without its answer being built). Every answer closes its connection
+// ("Connection: close"): no keep-alive state to defend.
 //
 // Threads. The constructor binds and starts the thread (or throws). stop() may be called from
 // any thread, more than once; it returns once the thread has ended, every connection is closed
@@ -35,6 +42,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +74,20 @@ struct server_limits {
   // From the request's end to the answer's last byte: a client that does not read is cut off.
   std::chrono::milliseconds response_deadline{10000};
   std::uint32_t max_trace_ms = 60000;
+  // Connections refused over max_connections get their 503, are shut for writing and are read
+  // and dropped for at most 500 ms (or until the client closes), so the kernel closes them with
+  // a FIN, not a reset caused by an unread request. At most this many linger at once; past
+  // that (a flood) a refused connection is read once and closed at once. So a flood costs the
+  // thread a few system calls per connection and at most this many descriptors.
+  std::uint32_t max_lingering_refusals = 64;
+  // The bytes of answers (built, not yet taken by the sockets) held at once, over every
+  // connection: clients that ask for big answers and never read cannot make the process hold
+  // more. A request whose answer would pass it is answered 503 with "Retry-After: 1"; its
+  // provider does not run when the endpoint's previous answer already would not fit (the size
+  // is not known before it is built: an answer that turns out not to fit is dropped at once).
+  // An answer larger than the whole budget is still served when no other answer is held, so
+  // no endpoint becomes unreachable: the bound is max(budget, the largest single answer).
+  std::size_t max_answer_bytes_held = std::size_t{64} * 1024 * 1024;
 };
 
 // Counters since start (relaxed atomics: monotonic samples for tests and the page).
@@ -74,6 +96,9 @@ struct server_statistics {
   std::uint64_t connections_refused = 0;  // over max_connections (503)
   std::uint64_t requests_answered = 0;    // any status
   std::uint64_t requests_rejected = 0;    // 4xx/5xx answers and deadline cut-offs
+  std::uint64_t answers_over_budget = 0;  // 503: max_answer_bytes_held would have been passed
+  std::uint64_t answer_bytes_held = 0;    // now
+  std::uint64_t answer_bytes_held_peak = 0;  // the most held at once since start
 };
 
 // Where a live view should listen, as the options and the environment say.
