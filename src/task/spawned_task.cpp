@@ -57,9 +57,10 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
   current_task = t;
   refill_cooperative_budget();
-  core::trace_event(core::trace_kind::poll_start, t->trace_id());
+  // The end is recorded iff the start was (a switch flipped inside the poll: trace.hpp).
+  const bool traced = core::trace_begin(core::trace_kind::poll_start, t->trace_id());
   run_trampoline(t->resume_point_);
-  core::trace_event(core::trace_kind::poll_end, 0);  // ends this thread's innermost poll
+  core::trace_end(traced, core::trace_kind::poll_end);  // ends this thread's innermost poll
   // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
   current_task = outer;
 }
