@@ -161,6 +161,28 @@ std::vector<supervisor_info> actor_system::supervision_tree() const {
   return result;
 }
 
+bool actor_system::describe_stalled(const core::runnable* r,
+                                    diagnostics::warning_subject& out) const {
+  for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
+    const actor_scheduler* wheel = find_scheduler(i);
+    if (wheel == nullptr || !wheel->is_turn(r)) continue;
+    const actor_id running = wheel->running_actor();
+    if (running == 0) return false;  // between runs: the wheel's own code, no actor to name
+    out.what = diagnostics::warning_subject::kind::actor;
+    out.id = running;
+    // Its name as the "actors" section lists it (an actor that halted meanwhile: by id only).
+    std::lock_guard guard(directory_lock_);
+    for (const actor_cell* cell = directory_head_; cell != nullptr; cell = cell->directory_next) {
+      if (cell->id == running) {
+        out.name = cell->name;
+        break;
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
 void actor_system::register_sections() {
   auto* state = static_cast<detail::runtime_state*>(core_.layer_state());
   if (state == nullptr) return;
@@ -186,6 +208,12 @@ void actor_system::register_sections() {
           if (!nested) write_supervisor(out, s, all);
         }
         out.end_array();
+      });
+  // A stall in one of this system's wheels names the actor running there (G4). Last (nothing
+  // after it throws); removed first thing in the destructor, which waits for a call in progress.
+  stall_describer_ = state->warnings.add_runnable_describer(
+      [this](const core::runnable* r, diagnostics::warning_subject& out) {
+        return describe_stalled(r, out);
       });
 }
 

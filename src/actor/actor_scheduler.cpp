@@ -221,7 +221,10 @@ void actor_scheduler::turn() noexcept {
     --waiting_;
     running_weight_ = weight(cell);
     queued_work_ns_ -= running_weight_;
-    run_actor(cell, woken);
+    // relaxed (both): a sample for a stall report (G4), which wants the id whole, no more.
+    running_actor_.store(cell->id, std::memory_order_relaxed);
+    run_actor(cell, woken);  // may free the cell (halted): its id was copied above
+    running_actor_.store(0, std::memory_order_relaxed);
     running_weight_ = 0;
     publish_queued_work();
     ++runs;
@@ -754,6 +757,11 @@ actor_system::actor_system(core::runtime_core& core, actor_system_options option
 }
 
 actor_system::~actor_system() {
+  // No stall report asks about the wheels from here on (waits for one in progress).
+  if (stall_describer_ != 0) {
+    static_cast<detail::runtime_state*>(core_.layer_state())
+        ->warnings.remove_runnable_describer(stall_describer_);
+  }
   // No snapshot reads the directory from here on (waits for one in progress).
   actors_section_.reset();
   tree_section_.reset();

@@ -752,9 +752,9 @@ void executor::park() noexcept {
                            (parked_at - awake_since_owner_ns_),
                        std::memory_order_relaxed);
   awake_since_ns_.store(0, std::memory_order_relaxed);
-  trace_event(trace_kind::park, index_);
+  const bool traced = trace_begin(trace_kind::park, index_);  // unpark iff park (trace.hpp)
   reactor_->wait(timeout);
-  trace_event(trace_kind::unpark, index_);
+  trace_end(traced, trace_kind::unpark);
   awake_since_owner_ns_ = monotonic_nanoseconds();
   if (may_trim && awake_since_owner_ns_ - parked_at >= std::uint64_t(idle_trim.count())) {
     // Idle for the whole trim period: this thread's private cache goes back to malloc.

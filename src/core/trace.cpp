@@ -155,13 +155,13 @@ void trace_ring::allocate(std::uint32_t capacity) {
   buffer_.store(words, std::memory_order_release);
 }
 
-void trace_ring::write(trace_kind kind, std::uint16_t executor, std::uint32_t aux,
+bool trace_ring::write(trace_kind kind, std::uint16_t executor, std::uint32_t aux,
                        std::uint64_t id, std::uint64_t ref) noexcept {
   // acquire: pairs with allocate's release (mask_ and the zeroed words).
   std::atomic<std::uint64_t>* words = buffer_.load(std::memory_order_acquire);
-  if (words == nullptr) return;
+  if (words == nullptr) return false;
   // relaxed: same thread only (a signal handler that interrupted a write); see "Signals".
-  if (writing_.load(std::memory_order_relaxed)) return;
+  if (writing_.load(std::memory_order_relaxed)) return false;
   writing_.store(true, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // the flag before the writes, for handlers
   const std::uint64_t position = head_;
@@ -179,6 +179,7 @@ void trace_ring::write(trace_kind kind, std::uint16_t executor, std::uint32_t au
   head_ = position + 1;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   writing_.store(false, std::memory_order_relaxed);  // relaxed: see above
+  return true;
 }
 
 void trace_ring::read(std::uint64_t since_ticks, trace_capture::ring_events& out,
@@ -222,6 +223,10 @@ void trace_ring::read(std::uint64_t since_ticks, trace_capture::ring_events& out
 
 // --- recording ----------------------------------------------------------------------------------
 
+namespace {
+bool write_foreign(trace_kind kind, std::uint64_t id, std::uint64_t ref, std::uint32_t aux) noexcept;
+}  // namespace
+
 void trace_record(trace_kind kind, std::uint64_t id, std::uint64_t ref, std::uint32_t aux) noexcept {
   if (trace_ring* ring = thread_ring) {
     if (!ring->owner->enabled()) return;
@@ -232,6 +237,12 @@ void trace_record(trace_kind kind, std::uint64_t id, std::uint64_t ref, std::uin
     ring->write(kind, ring->executor_index, aux, id, ref);
     return;
   }
+  write_foreign(kind, id, ref, aux);
+}
+
+namespace {
+bool write_foreign(trace_kind kind, std::uint64_t id, std::uint64_t ref,
+                   std::uint32_t aux) noexcept {
   // A thread that is not an executor: the foreign ring, under its mutex.
   if (foreign_thread_number == 0) {
     // relaxed: only uniqueness matters.
@@ -240,7 +251,31 @@ void trace_record(trace_kind kind, std::uint64_t id, std::uint64_t ref, std::uin
   }
   foreign_sink& sink = foreign();
   std::lock_guard lock(sink.mutex);
-  sink.ring.write(kind, std::uint16_t(foreign_thread_flag | foreign_thread_number), aux, id, ref);
+  return sink.ring.write(kind, std::uint16_t(foreign_thread_flag | foreign_thread_number), aux,
+                         id, ref);
+}
+}  // namespace
+
+bool trace_record_begin(trace_kind kind, std::uint64_t id) noexcept {
+  if (trace_ring* ring = thread_ring) {
+    if (!ring->owner->enabled()) return false;
+    // The owner's view of its own queue (none for an embedded executor's ring).
+    const std::uint32_t aux = ring->executor_of != nullptr ? ring->executor_of->local().size() : 0;
+    // Not written (no buffer yet): then no end either.
+    return ring->write(kind, ring->executor_index, aux, id, 0);
+  }
+  return write_foreign(kind, id, 0, 0);  // it records whenever any runtime traces
+}
+
+void trace_record_end(trace_kind kind) noexcept {
+  // The begin was recorded on this thread, into the ring this thread still records into (a
+  // worker's for its whole loop, an embedded tick's for the tick), which therefore has its
+  // buffer: record the end even if the switch went off meanwhile.
+  if (trace_ring* ring = thread_ring) {
+    ring->write(kind, ring->executor_index, 0, 0, 0);
+    return;
+  }
+  write_foreign(kind, 0, 0, 0);
 }
 
 void trace_attach_thread(trace_recorder& recorder, executor& owner, std::uint32_t index) noexcept {
@@ -337,6 +372,14 @@ trace_capture trace_recorder::collect(std::chrono::nanoseconds last) const {
   };
   for (std::uint32_t i = 0; i < capture.executors; ++i) take(rings_[i], std::uint16_t(i));
   take(foreign().ring, foreign_thread_flag);
+  // The writers went on while the rings were read: the copy ends at its newest event, so a
+  // slice still open (ended at taken_at by the export) ends after everything copied, never
+  // inside a slice that closed after the stamp above.
+  for (const auto& ring : capture.rings) {
+    for (const trace_record_view& e : ring.events) {
+      capture.taken_at_ns = std::max(capture.taken_at_ns, e.ns);
+    }
+  }
   return capture;
 }
 

@@ -227,15 +227,16 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
     if (!st.described) {
       // First tick past the threshold: describe now, raise at the next tick if still the same.
       st.stall_subject = executor_subject(sample.index);
-      runnable_describer describer;
       {
-        std::lock_guard lock(hub_.mutex_);
-        describer = hub_.describer_;
-      }
-      warning_subject task;
-      if (describer && describer(sample.running, task)) {
-        task.executor = std::int32_t(sample.index);
-        st.stall_subject = std::move(task);
+        std::lock_guard lock(hub_.describers_mutex_);
+        for (const auto& [id, describer] : hub_.describers_) {
+          warning_subject subject;
+          if (describer && describer(sample.running, subject)) {
+            subject.executor = std::int32_t(sample.index);
+            st.stall_subject = std::move(subject);
+            break;
+          }
+        }
       }
       st.described = true;
       return;
@@ -250,8 +251,15 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
       message = "task ran " + milliseconds_text(now - st.since_ns) + preempted + " on executor " +
                 std::to_string(sample.index) + " without returning to its executor (threshold " +
                 milliseconds_text(stall_threshold_ns_) + ")";
+    } else if (st.stall_subject.what == warning_subject::kind::actor) {
+      // The subject (formatted before the message) names the actor; the wheel's slice that
+      // runs it is what has not returned.
+      message = "actor ran " + milliseconds_text(now - st.since_ns) + preempted +
+                " on executor " + std::to_string(sample.index) +
+                " in one run (its wheel's slice) without returning to its executor (threshold " +
+                milliseconds_text(stall_threshold_ns_) + ")";
     } else {
-      message = "a runnable that is not a task (an actor wheel's slice, a fork-join piece) ran " +
+      message = "a runnable that is neither a task nor an actor's run (a fork-join piece) ran " +
                 milliseconds_text(now - st.since_ns) + preempted + " without returning to executor " +
                 std::to_string(sample.index) + " (threshold " + milliseconds_text(stall_threshold_ns_) + ")";
     }
@@ -608,9 +616,16 @@ void warning_hub::write_metrics(std::string& out) const {
   }
 }
 
-void warning_hub::set_runnable_describer(runnable_describer describer) {
-  std::lock_guard lock(mutex_);
-  describer_ = std::move(describer);
+std::uint64_t warning_hub::add_runnable_describer(runnable_describer describer) {
+  std::lock_guard lock(describers_mutex_);
+  const std::uint64_t id = next_describer_++;
+  describers_.emplace_back(id, std::move(describer));
+  return id;
+}
+
+void warning_hub::remove_runnable_describer(std::uint64_t id) {
+  std::lock_guard lock(describers_mutex_);  // waits for a call in progress
+  std::erase_if(describers_, [id](const auto& entry) { return entry.first == id; });
 }
 
 void warning_hub::set_task_visitor(task_visitor visitor) {

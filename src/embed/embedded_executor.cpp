@@ -56,7 +56,7 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   advance_record_clock(core::monotonic_nanoseconds());
   record_clock = &record_clock_ns_;
   tasks_section_ = ::spindle::detail::register_tasks_section(task_host::diagnostics_registry, tasks,
-                                                            record_clock);
+                                                            record_clock, clock_.last_reading());
   executors_section_ = task_host::diagnostics_registry.add_snapshot_section(
       "executors", [](spindle::diagnostics::json_writer& out) {
         // Its counters belong to the ticking thread (statistics()): only what it is.
@@ -83,7 +83,7 @@ std::uint16_t embedded_executor::diagnostics_port() const noexcept {
 std::size_t embedded_executor::snapshot(std::span<task_info> storage) const noexcept {
   std::size_t stored = 0;
   const std::size_t found =
-      ::spindle::detail::for_each_task_record(tasks, record_clock, [&](const task_info& t) {
+      ::spindle::detail::for_each_task_record(tasks, record_clock, clock_.last_reading(), [&](const task_info& t) {
         if (stored < storage.size()) storage[stored++] = t;
       });
   return found;

@@ -74,7 +74,8 @@ void connect_warnings(detail::runtime_state& state, core::runtime_core& core) {
   diagnostics::warning_hub& hub = state.warnings;
   hub.configure(core.options().diagnostics);
   detail::runtime_state* host = &state;
-  hub.set_runnable_describer([host](const core::runnable* r, diagnostics::warning_subject& out) {
+  // The state owns the hub, so the describer stays for the hub's life (its id is not kept).
+  hub.add_runnable_describer([host](const core::runnable* r, diagnostics::warning_subject& out) {
     task_id id;
     if (!host->tasks.find_runnable(r, id)) return false;
     out.what = diagnostics::warning_subject::kind::task;
@@ -164,7 +165,7 @@ runtime::runtime(runtime_options options) {
   state_->executors_section =
       detail::register_executors_section(state_->diagnostics_registry, *core);
   state_->tasks_section = detail::register_tasks_section(state_->diagnostics_registry, state_->tasks,
-                                                       state_->record_clock);
+                                                       state_->record_clock, core->clock());
   state_->fork_join_section = state_->diagnostics_registry.add_snapshot_section(
       "fork_join", [raw = core.get()](diagnostics::json_writer& out) {
         // acquire: pairs with the fork module's release store of its writer.

@@ -41,6 +41,10 @@ void spawned_task_base::trace(core::trace_kind kind, std::uint32_t aux) const no
   core::trace_record(kind, trace_id(), 0, aux);
 }
 
+bool spawned_task_base::trace_poll_start() const noexcept {
+  return core::trace_record_begin(core::trace_kind::poll_start, trace_id());
+}
+
 void spawned_task_base::run_entry(core::runnable* self) noexcept {
   auto* t = static_cast<spawned_task_base*>(self);
   if (t->record_ != nullptr) {
@@ -61,9 +65,10 @@ void spawned_task_base::run_entry(core::runnable* self) noexcept {
   spawned_task_base* outer = current_task;  // non-null only if a task blocks in a task (never)
   current_task = t;
   refill_cooperative_budget();
-  if (core::trace_active()) [[unlikely]] t->trace(core::trace_kind::poll_start);
+  // The end is recorded iff the start was (a switch flipped inside the poll: trace.hpp).
+  const bool traced = core::trace_active() && t->trace_poll_start();
   run_trampoline(t->resume_point_);
-  core::trace_event(core::trace_kind::poll_end, 0);  // ends this thread's innermost poll
+  core::trace_end(traced, core::trace_kind::poll_end);  // ends this thread's innermost poll
   // `t` may be gone now (completed and freed, or woken and running elsewhere): do not touch it.
   current_task = outer;
 }

@@ -114,10 +114,7 @@ std::size_t describe_wait(const wait_descriptor& what, char* out, std::size_t ca
     case wait_kind::slot: n = std::snprintf(out, capacity, "task_slot#%llu",
                                             static_cast<unsigned long long>(what.object));
       break;
-    case wait_kind::sleep:
-      n = std::snprintf(out, capacity, "sleep until %.3f ms",
-                        double(what.number) / 1e6);
-      break;
+    case wait_kind::sleep: n = std::snprintf(out, capacity, "sleep"); break;
     case wait_kind::io:
       n = std::snprintf(out, capacity, "%s fd %lld", io_verb(what.number),
                         static_cast<long long>(std::int64_t(what.object)));
@@ -128,6 +125,23 @@ std::size_t describe_wait(const wait_descriptor& what, char* out, std::size_t ca
                         static_cast<unsigned long long>(what.object));
       break;
   }
+  if (n < 0) {
+    out[0] = '\0';
+    return 0;
+  }
+  return std::size_t(n) < capacity ? std::size_t(n) : capacity - 1;
+}
+
+std::size_t describe_wait(const task_info& task, char* out, std::size_t capacity) noexcept {
+  if (task.waiting_on.kind != wait_kind::sleep || capacity == 0) {
+    return describe_wait(task.waiting_on, out, capacity);
+  }
+  // Time left, measured by the snapshot against the clock the deadline is on (a reading taken
+  // while it scanned, so a little early for the records it read later).
+  const int n = task.sleep_left_ns > 0
+                    ? std::snprintf(out, capacity, "sleep, %.3f ms left",
+                                    double(task.sleep_left_ns) / 1e6)
+                    : std::snprintf(out, capacity, "sleep, due");
   if (n < 0) {
     out[0] = '\0';
     return 0;

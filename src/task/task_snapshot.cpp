@@ -122,13 +122,15 @@ void write_task_json(diagnostics::json_writer& out, const task_info& t) {
   out.member("state", to_string(t.state));
   if (t.state == task_state::suspended) {
     char what[96];
-    describe_wait(t.waiting_on, what, sizeof what);
+    describe_wait(t, what, sizeof what);
     out.member("waiting_on", std::string_view(what));
     out.key("wait").begin_object();
     out.member("kind", wait_kind_key(t.waiting_on.kind));
     out.member("object", t.waiting_on.object);
     out.member("number", t.waiting_on.number);
     out.member("for_ns", t.state_for_ns);
+    // A sleep: time to its deadline when the snapshot read the host's clock (<= 0: due).
+    if (t.waiting_on.kind == wait_kind::sleep) out.member("left_ns", t.sleep_left_ns);
     out.end_object();
   } else {
     out.key("waiting_on").null();
@@ -147,10 +149,11 @@ void write_task_json(diagnostics::json_writer& out, const task_info& t) {
 
 diagnostics::registry::registration register_tasks_section(
     diagnostics::registry& registry, const task_table& table,
-    const std::atomic<std::uint64_t>* record_clock) {
-  return registry.add_snapshot_section("tasks", [&table, record_clock](diagnostics::json_writer& out) {
+    const std::atomic<std::uint64_t>* record_clock, const spindle::clock& timer_clock) {
+  return registry.add_snapshot_section("tasks", [&table, record_clock, &timer_clock](
+                                                    diagnostics::json_writer& out) {
     out.begin_array();
-    for_each_task_record(table, record_clock,
+    for_each_task_record(table, record_clock, timer_clock,
                          [&out](const task_info& t) { write_task_json(out, t); });
     out.end_array();
   });
@@ -174,7 +177,8 @@ runtime_snapshot runtime::snapshot() const {
   result.taken_at_ns = core::monotonic_nanoseconds();
   detail::collect_executors(*state_->core, result.executors);
   result.tasks.reserve(state_->tasks.live_count());
-  detail::for_each_task_record(state_->tasks, state_->record_clock, [&result](const task_info& t) {
+  detail::for_each_task_record(state_->tasks, state_->record_clock, state_->clock(),
+                               [&result](const task_info& t) {
     result.tasks.push_back(t);
     if (t.executor < result.executors.size()) ++result.executors[t.executor].tasks;
   });

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -44,7 +45,7 @@ task_info wait_until_suspended(spindle::runtime& rt, std::string_view name) {
 
 std::string describe(const task_info& t) {
   char text[96];
-  spindle::describe_wait(t.waiting_on, text, sizeof text);
+  spindle::describe_wait(t, text, sizeof text);
   return text;
 }
 
@@ -183,9 +184,38 @@ TEST(SnapshotTasks, ASleepingTaskShowsItsDeadline) {
   const auto deadline_ns = std::chrono::nanoseconds(t.waiting_on.number);
   EXPECT_GE(deadline_ns, (before + 1h).time_since_epoch());
   EXPECT_LE(deadline_ns, (before + 1h + 60s).time_since_epoch());
-  EXPECT_EQ(describe(t).rfind("sleep until ", 0), 0u) << describe(t);
+  // Issue 15 (attack finding): the description showed the deadline as the clock's absolute
+  // reading ("sleep until 37407860.182 ms"); it says how long is left, measured by the snapshot.
+  EXPECT_GT(t.sleep_left_ns, std::int64_t((1h - 60s) / 1ns));
+  EXPECT_LE(t.sleep_left_ns, std::int64_t(1h / 1ns));
+  double left_ms = 0;
+  ASSERT_EQ(std::sscanf(describe(t).c_str(), "sleep, %lf ms left", &left_ms), 1) << describe(t);
+  EXPECT_GT(left_ms, 3'540'000.0) << describe(t);
+  EXPECT_LE(left_ms, 3'600'000.0) << describe(t);
+  const nlohmann::json j = json_task(rt, "sleeper");
+  const std::string shown = j.at("waiting_on");
+  ASSERT_EQ(std::sscanf(shown.c_str(), "sleep, %lf ms left", &left_ms), 1) << shown;
+  EXPECT_GT(left_ms, 3'540'000.0) << shown;
+  EXPECT_LE(left_ms, 3'600'000.0) << shown;
+  EXPECT_GT(j.at("wait").at("left_ns").get<std::int64_t>(), std::int64_t((1h - 60s) / 1ns));
   h.cancel();
   EXPECT_THROW(join_bounded(std::move(h)), spindle::task_cancelled);
+}
+
+TEST(SnapshotTasks, ASleepPastItsDeadlineIsDescribedAsDue) {
+  task_info t;
+  t.state = task_state::suspended;
+  t.waiting_on = {spindle::wait_kind::sleep, 0, 123'456'789};
+  char text[96];
+  t.sleep_left_ns = -2'000'000;
+  spindle::describe_wait(t, text, sizeof text);
+  EXPECT_STREQ(text, "sleep, due");
+  t.sleep_left_ns = 12'500'000;
+  spindle::describe_wait(t, text, sizeof text);
+  EXPECT_STREQ(text, "sleep, 12.500 ms left");
+  // A descriptor alone has no reading of the clock to measure against: no absolute number.
+  spindle::describe_wait(t.waiting_on, text, sizeof text);
+  EXPECT_STREQ(text, "sleep");
 }
 
 task<std::int32_t> read_pipe(int fd) {

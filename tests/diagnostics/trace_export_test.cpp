@@ -244,12 +244,21 @@ TEST(TraceExport, WithTracingOffNothingIsRecorded) {
   for (const auto& ring : recorder->collect(0ms).rings) events += ring.events.size();
   EXPECT_GT(events, 0u);
   ASSERT_TRUE(spindle::diagnostics::set_tracing(registry_of(rt), false));
-  std::size_t after_off = 0;
-  for (const auto& ring : recorder->collect(0ms).rings) after_off += ring.events.size();
+  // Only the ends of slices begun while it was on (a parked worker's unpark, a poll's end) are
+  // recorded after it is off: a slice is recorded whole or not at all (issue 15).
+  auto begun_events = [&] {
+    std::size_t n = 0;
+    for (const auto& ring : recorder->collect(0ms).rings) {
+      for (const auto& e : ring.events) {
+        n += e.kind != spindle::core::trace_kind::unpark &&
+             e.kind != spindle::core::trace_kind::poll_end;
+      }
+    }
+    return n;
+  };
+  const std::size_t after_off = begun_events();
   EXPECT_GT(rt.block_on(child(4)), 0);
-  std::size_t later = 0;
-  for (const auto& ring : recorder->collect(0ms).rings) later += ring.events.size();
-  EXPECT_EQ(later, after_off);
+  EXPECT_EQ(begun_events(), after_off);
 }
 
 TEST(TraceExport, AFlightRecorderDumpKeepsTheEventsBeforeTheRequest) {
@@ -299,6 +308,85 @@ TEST(TraceExport, ExportWhileTwoWorkersRecord) {
   done.store(true);
   reader.join();
   EXPECT_GT(overwritten, 0u);  // the small rings wrapped while being read
+}
+
+// Issue 15 (attack finding): tracing switched on or off inside a poll left a poll's start
+// without its end (off) or an end without its start (on); the export paired the wrong ends into
+// slices that spanned other polls and, left open, overlapped later ones. Now a poll's end is
+// recorded iff its start was.
+
+// The raw events of each executor ring: poll starts and ends form a bracket sequence (every end
+// closes a start recorded before it on that thread; nothing was overwritten here).
+void expect_polls_bracketed(const spindle::core::trace_capture& capture) {
+  for (const auto& ring : capture.rings) {
+    if (ring.executor & spindle::core::foreign_thread_flag) continue;
+    ASSERT_EQ(ring.overwritten, 0u);
+    int depth = 0;
+    for (const auto& e : ring.events) {
+      if (e.kind == spindle::core::trace_kind::poll_start) ++depth;
+      if (e.kind == spindle::core::trace_kind::poll_end) {
+        EXPECT_GT(depth, 0) << "executor " << ring.executor << ": a poll end without its start";
+        --depth;
+      }
+    }
+  }
+}
+
+spindle::task<void> toggle_inside_polls(spindle::diagnostics::registry* registry, int rounds) {
+  for (int i = 0; i < rounds; ++i) {
+    spindle::diagnostics::set_tracing(*registry, true);   // this poll started untraced
+    auto child = spindle::spawn([](int v) -> spindle::task<int> { co_return v; }(i));
+    co_await spindle::yield_now();
+    spindle::diagnostics::set_tracing(*registry, false);  // this poll started traced
+    co_await std::move(child);
+    co_await spindle::yield_now();
+  }
+  spindle::diagnostics::set_tracing(*registry, true);
+}
+
+TEST(TraceExport, TracingToggledInsideItsOwnPollsKeepsPollsWhole) {
+  spindle::runtime_options options = traced(false);
+  options.workers = 1;
+  spindle::runtime rt(options);
+  rt.block_on(toggle_inside_polls(&registry_of(rt), 50));
+  expect_polls_bracketed(rt.core().trace().collect(0ns));
+  const checked_trace seen = check_structure(spindle::diagnostics::trace_json(registry_of(rt), 0ms));
+  EXPECT_GT(seen.names.count("poll") ? seen.names.at("poll") : 0, 50);
+}
+
+TEST(TraceExport, TracingToggledFromAnotherThreadKeepsSlicesNestedAndFlowsWhole) {
+  spindle::runtime_options options = traced(true);
+  options.diagnostics.trace_events_per_executor = 1 << 16;
+  spindle::runtime rt(options);
+  std::atomic<bool> done{false};
+  std::thread toggler([&] {
+    bool on = true;
+    while (!done.load()) {
+      spindle::diagnostics::set_tracing(registry_of(rt), on = !on);
+      std::this_thread::yield();
+    }
+    spindle::diagnostics::set_tracing(registry_of(rt), true);
+  });
+  for (int round = 0; round < 10; ++round) {
+    EXPECT_EQ(rt.block_on([]() -> spindle::task<int> {
+                std::vector<spindle::join_handle<int>> hs;
+                for (int i = 0; i < 100; ++i) {
+                  hs.push_back(spindle::spawn([](int v) -> spindle::task<int> {
+                    co_await spindle::yield_now();
+                    co_return v;
+                  }(i)));
+                }
+                int sum = 0;
+                for (auto& h : hs) sum += co_await std::move(h);
+                co_return sum;
+              }()),
+              4950);
+    check_structure(spindle::diagnostics::trace_json(registry_of(rt), 0ms));
+  }
+  done.store(true);
+  toggler.join();
+  expect_polls_bracketed(rt.core().trace().collect(0ns));
+  check_structure(spindle::diagnostics::trace_json(registry_of(rt), 0ms));
 }
 
 }  // namespace

@@ -186,6 +186,12 @@ class actor_scheduler {
   // Actors waiting in this wheel (owner thread; tests and diagnostics).
   std::uint32_t waiting() const noexcept { return waiting_; }
   const actor_scheduler_stats& stats() const noexcept { return stats_; }
+  // G4 (any thread): whether `r` is this wheel's turn (a key, never dereferenced), and the
+  // actor whose run is in progress (0: none).
+  bool is_turn(const core::runnable* r) const noexcept { return r == &turn_runnable_; }
+  actor_id running_actor() const noexcept {
+    return running_actor_.load(std::memory_order_relaxed);  // relaxed: a sample for a report
+  }
   // Segments turned so far (owner writes, anyone samples): the wheel's clock.
   std::uint64_t segment_clock() const noexcept {
     return stats_.segments_turned.load(std::memory_order_relaxed);
@@ -269,6 +275,9 @@ class actor_scheduler {
   std::uint64_t running_weight_ = 0;  // the weight of the actor running now (0 between runs)
   // Read by other executors (migration): its own cache line, away from the owner's hot fields.
   alignas(core::cache_line_size) std::atomic<std::uint64_t> queued_work_published_{0};
+  // G4: the actor whose run is in progress (0 between runs), for a stall report; on the line
+  // the owner writes at the end of every run anyway (publish_queued_work).
+  std::atomic<actor_id> running_actor_{0};
   alignas(core::cache_line_size) actor_detail::actor_cell* homed_head_ = nullptr;
   std::uint32_t random_state_;
   // hand_away_while_stuck's scratch list of target executors and the work queued there (room
@@ -418,6 +427,10 @@ class actor_system {
   }
   std::vector<actor_info> snapshot() const;
   std::vector<supervisor_info> supervision_tree() const;
+  // G4: if `r` (seen running too long by the runtime's monitor; never dereferenced) is one of
+  // this system's wheels, names the actor whose run is in progress there (kind actor, its id
+  // and name as the "actors" section lists them).
+  bool describe_stalled(const core::runnable* r, diagnostics::warning_subject& out) const;
 
  private:
   core::runtime_core& core_;
@@ -439,6 +452,7 @@ class actor_system {
   mutable std::mutex directory_lock_;
   actor_detail::actor_cell* directory_head_ = nullptr;          // under directory_lock_
   std::vector<actor_detail::supervisor_record*> supervisors_;  // under directory_lock_
+  std::uint64_t stall_describer_ = 0;  // its id in the runtime's warning hub (0: none)
   // Last: dropped first (waiting for a reader in progress).
   diagnostics::registry::registration actors_section_;
   diagnostics::registry::registration tree_section_;

@@ -3,8 +3,9 @@
 // executor, read from other threads while the executors write.
 //
 // Who takes part
-//   - event points: one inline call each (trace_event below) in the executor loop (park,
-//     unpark, steal), the task layer (spawn, poll start/end, wake, task end), fork-join
+//   - event points: one inline call each (trace_event below; trace_begin/trace_end for the two
+//     ends of a slice, a poll or a park, whose end is recorded iff its begin was) in the
+//     executor loop (park, unpark, steal), the task layer (spawn, poll start/end, wake, task end), fork-join
 //     (promotion, theft, merge), actors (send, receive), the reactors (I/O submit, complete)
 //     and the timer service (fire). While no runtime of the process traces, an event point
 //     costs ONE relaxed load of `trace_active_recorders` and a not-taken branch; built with
@@ -137,6 +138,36 @@ inline void trace_event(trace_kind kind, std::uint64_t id, std::uint64_t ref = 0
 #endif
 }
 
+// Slices (a poll, a park): their end is recorded iff their begin was, whatever the switches do
+// in between. A switch flipped inside a poll would otherwise leave a begin without its end (off)
+// or an end without its begin (on), and the export would pair the wrong ends into slices that
+// overlap their neighbours (issue 15). trace_begin is the begin's event point (one relaxed load
+// while no runtime traces) and says whether it recorded; trace_end takes that answer, a local:
+// no further load, and nothing at all when the begin was not recorded.
+[[gnu::cold]] bool trace_record_begin(trace_kind kind, std::uint64_t id) noexcept;
+[[gnu::cold]] void trace_record_end(trace_kind kind) noexcept;
+
+[[nodiscard]] inline bool trace_begin(trace_kind kind, std::uint64_t id) noexcept {
+#if SPINDLE_TRACING
+  // relaxed: a switch, as in trace_event.
+  if (trace_active_recorders.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    return trace_record_begin(kind, id);
+  }
+#else
+  (void)kind, (void)id;
+#endif
+  return false;
+}
+// `begun`: what the matching trace_begin returned (on the same thread); `kind`: poll_end or
+// unpark.
+inline void trace_end(bool begun, trace_kind kind) noexcept {
+#if SPINDLE_TRACING
+  if (begun) [[unlikely]] trace_record_end(kind);
+#else
+  (void)begun, (void)kind;
+#endif
+}
+
 // Identity of a pointer in an event (the message, the work, the operation).
 inline std::uint64_t trace_ref(const void* p) noexcept {
   return std::uint64_t(reinterpret_cast<std::uintptr_t>(p));
@@ -184,7 +215,8 @@ class trace_ring {
   }
 
   // The writer: records one event stamped now (the thread that owns the ring right now).
-  void write(trace_kind kind, std::uint16_t executor, std::uint32_t aux, std::uint64_t id,
+  // False if it did not (no buffer yet, or a signal handler interrupted a write: "Signals").
+  bool write(trace_kind kind, std::uint16_t executor, std::uint32_t aux, std::uint64_t id,
              std::uint64_t ref) noexcept;
   // Any thread: appends this ring's events stamped at or after `since_ticks` to `out`.
   void read(std::uint64_t since_ticks, trace_capture::ring_events& out,

@@ -103,10 +103,11 @@ struct task_view {
   std::uint64_t state_for_ns = 0; // how long it has been in `current`
 };
 
-// Tells which task (if any) a runnable is, for a stall report. Called on the monitor thread
-// while the runnable was seen running; it must not dereference the pointer (it may have been
-// freed since): compare it with what the task layer keeps in long-lived storage (the task
-// table's slots). Returns false if `r` is not a live task. `out.what` is task on success.
+// Tells which task, actor, ... (if any) a runnable is, for a stall report. Called on the monitor
+// thread while the runnable was seen running; it must not dereference the pointer (it may have
+// been freed since): compare it with what its layer keeps in long-lived storage (the task
+// table's slots, the actor wheels). Returns false if `r` is not one of its layer's; on success
+// `out.what` says what it is (task, actor).
 using runnable_describer = std::function<bool(const core::runnable* r, warning_subject& out)>;
 // Visits every live task's view (the task layer's table scan); called by the monitor's watch at
 // most every `task_lint_interval`.
@@ -162,7 +163,12 @@ class warning_hub {
   static std::string format(const warning& w);
 
   // --- wiring (task layer) -----------------------------------------------------------------
-  void set_runnable_describer(runnable_describer describer);
+  // Describers of stalled runnables, one per layer that runs them (the task layer, the actor
+  // system), asked in the order added until one knows the runnable. Returns an id for
+  // remove_runnable_describer, which returns once no call of it is in progress (its captures
+  // may then go).
+  std::uint64_t add_runnable_describer(runnable_describer describer);
+  void remove_runnable_describer(std::uint64_t id);
   void set_task_visitor(task_visitor visitor);
   // Installs this hub's executor watch as `core`'s monitor watcher. The hub must outlive the
   // runtime's shutdown (the task host does).
@@ -229,7 +235,11 @@ class warning_hub {
   std::shared_ptr<const hook> hook_;             // guarded by mutex_
   std::vector<std::pair<std::uint64_t, std::shared_ptr<const hook>>> listeners_;  // mutex_
   std::uint64_t next_listener_ = 1;              // guarded by mutex_
-  runnable_describer describer_;                 // guarded by mutex_
+  // Called with describers_mutex_ held (so removal waits for a call in progress); taken
+  // without mutex_ held, and describers take no hub lock.
+  std::mutex describers_mutex_;
+  std::vector<std::pair<std::uint64_t, runnable_describer>> describers_;  // describers_mutex_
+  std::uint64_t next_describer_ = 1;                                      // describers_mutex_
   task_visitor tasks_;                           // guarded by mutex_
   std::mutex delivery_mutex_;                    // one delivery at a time
   std::unique_ptr<executor_watch> watch_;

@@ -231,13 +231,33 @@ class embedded_executor final : private ::spindle::detail::task_host {
   // An owner-only list of runnables linked through runnable::next (core/intrusive_list.hpp).
   using runnable_list = core::intrusive_fifo<core::runnable, &core::runnable::next>;
   // spindle::clock over the integration's now().
+  // The integration's now() belongs to the host's thread, so readers on other threads (the
+  // snapshot's sleep_left_ns) get `last_reading()`: its time as that thread last read it.
   class integration_clock final : public spindle::clock {
    public:
-    explicit integration_clock(integration& host) noexcept : host_(host) {}
-    clock_time now() const noexcept override { return host_.now(); }
+    explicit integration_clock(integration& host) noexcept : host_(host), last_(*this) {}
+    clock_time now() const noexcept override {
+      const clock_time t = host_.now();
+      last_ns_.store(t.time_since_epoch().count(), std::memory_order_relaxed);  // relaxed: a sample
+      return t;
+    }
+    const spindle::clock& last_reading() const noexcept { return last_; }
 
    private:
+    class last_reading_clock final : public spindle::clock {
+     public:
+      explicit last_reading_clock(const integration_clock& of) noexcept : of_(of) {}
+      clock_time now() const noexcept override {
+        // relaxed: a sample of the time, no data hangs on it.
+        return clock_time(clock_duration(of_.last_ns_.load(std::memory_order_relaxed)));
+      }
+
+     private:
+      const integration_clock& of_;
+    };
     integration& host_;
+    mutable std::atomic<clock_duration::rep> last_ns_{0};
+    last_reading_clock last_;
   };
 
   // task_host

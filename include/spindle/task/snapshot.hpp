@@ -9,11 +9,12 @@
 #pragma once
 
 #include <atomic>
-
+#include <chrono>
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
+#include "spindle/core/clock.hpp"
 #include "spindle/diagnostics/json_writer.hpp"
 #include "spindle/diagnostics/registry.hpp"
 #include "spindle/task/task_record.hpp"
@@ -59,16 +60,30 @@ namespace detail {
 
 // Every live task's record, by a scan; `f(const task_info&)`. Returns how many were visited.
 // `record_clock`: the host's (task_host::record_clock; null: the steady clock), the clock every
-// stamp in the records comes from.
+// stamp in the records comes from. `timer_clock`: the host's clock (task_host::clock()), the one
+// sleep deadlines are on; read once, at the first sleeping task, for task_info::sleep_left_ns.
 template <class F>
 std::size_t for_each_task_record(const task_table& table,
-                                 const std::atomic<std::uint64_t>* record_clock, F&& f) {
+                                 const std::atomic<std::uint64_t>* record_clock,
+                                 const spindle::clock& timer_clock, F&& f) {
   const std::uint64_t now = record_now_ns(record_clock);
   const std::uint32_t slots = table.slot_capacity();
   std::size_t visited = 0;
   task_info info;
+  bool timer_now_read = false;
+  std::int64_t timer_now = 0;
   for (std::uint32_t i = 0; i < slots; ++i) {
     if (table.read_record(i, info, now)) {
+      info.sleep_left_ns = 0;
+      if (info.waiting_on.kind == wait_kind::sleep) {
+        if (!timer_now_read) {
+          timer_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          timer_clock.now().time_since_epoch())
+                          .count();
+          timer_now_read = true;
+        }
+        info.sleep_left_ns = std::int64_t(info.waiting_on.number) - timer_now;
+      }
       f(static_cast<const task_info&>(info));
       ++visited;
     }
@@ -80,9 +95,10 @@ void collect_executors(const core::runtime_core& core, std::vector<executor_info
 void write_task_json(diagnostics::json_writer& out, const task_info& task);
 void write_executor_json(diagnostics::json_writer& out, const executor_info& executor);
 // Registers a table's "tasks" section (and, with a core, its "executors" section).
+// `timer_clock` must outlive the registration (the host's clock).
 diagnostics::registry::registration register_tasks_section(
     diagnostics::registry& registry, const task_table& table,
-    const std::atomic<std::uint64_t>* record_clock);
+    const std::atomic<std::uint64_t>* record_clock, const spindle::clock& timer_clock);
 diagnostics::registry::registration register_executors_section(
     diagnostics::registry& registry, const core::runtime_core& core);
 

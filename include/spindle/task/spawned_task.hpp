@@ -186,6 +186,8 @@ class spawned_task_base : public core::runnable {
   // An event about this task, recorded while some runtime traces. The event points test
   // core::trace_active() and call this out of line, so the untraced path does not load the id.
   [[gnu::cold, gnu::noinline]] void trace(core::trace_kind kind, std::uint32_t aux = 0) const noexcept;
+  // A poll's start, the same way: whether it was recorded (its end is recorded iff it was).
+  [[gnu::cold, gnu::noinline]] bool trace_poll_start() const noexcept;
   // Occupies a slot in the host's table (before the task is first scheduled).
   // Records where it was spawned (`where`) and by which task (the one running on this thread).
   void enter_table(const spawn_location& where = spawn_location::current());

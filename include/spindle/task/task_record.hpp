@@ -284,10 +284,17 @@ struct task_info {
   std::uint64_t age_ns = 0;        // since it was spawned
   std::uint64_t last_wake_ns = 0;  // G4: record clock (steady ns) of its last wake or spawn
   std::uint64_t state_for_ns = 0;  // how long it has been suspended (suspended only)
+  // A sleep (waiting_on.kind sleep, whose number is the deadline on the host's clock): the
+  // deadline less the host clock's reading taken by the snapshot (<= 0: due). 0 otherwise.
+  std::int64_t sleep_left_ns = 0;
 };
 
-// "channel#5 receive", "mutex#2 (queued 3rd)", "join task 9.1", "sleep until 12.5 ms", "read fd
-// 7": what the task waits on, for people. Writes at most `capacity` bytes including the NUL.
+// "channel#5 receive", "mutex#2 (queued 3rd)", "join task 9.1", "sleep, 12.500 ms left", "read
+// fd 7": what the task waits on, for people. Writes at most `capacity` bytes including the NUL.
+std::size_t describe_wait(const task_info& task, char* out, std::size_t capacity) noexcept;
+// The same from a descriptor alone, which has no reading of the host's clock to measure a sleep's
+// deadline against: a sleep is just "sleep" (its absolute deadline, a clock reading, means
+// nothing to a person; the task_info form says how long it has left).
 std::size_t describe_wait(const wait_descriptor& what, char* out, std::size_t capacity) noexcept;
 
 }  // namespace spindle
