@@ -60,6 +60,23 @@ void emit(const char* workload, long param, int threads, const measurement& m) {
 // uses): each node's ten children are a parallel_reduce over the child numbers, so a child is a
 // latent continuation until a heartbeat promotes it. `skynet-tasks` spawns a coroutine task per
 // node and co_awaits the ten join handles (the spawn/join path of the foundation issue).
+// Runtime options of every workload: the defaults, with the task and actor records (G1) off when
+// SPINDLE_BENCH_RECORDS=off (docs/design/diagnostics.md measures them this way).
+bool bench_records() {
+  const char* value = std::getenv("SPINDLE_BENCH_RECORDS");
+  return value == nullptr || std::string_view(value) != "off";
+}
+spindle::runtime_options bench_options(int threads) {
+  spindle::runtime_options options{.workers = std::uint32_t(threads)};
+  options.diagnostics.records = bench_records();
+  return options;
+}
+spindle::embed::embedded_options bench_embedded_options() {
+  spindle::embed::embedded_options options;
+  options.diagnostics.records = bench_records();
+  return options;
+}
+
 long skynet_forked(long number, long size) {
   if (size == 1) return number;
   const long child_size = size / 10;
@@ -70,7 +87,7 @@ long skynet_forked(long number, long size) {
 }
 
 measurement run_skynet(long leaves, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   spindle::run_on(rt, [leaves] { return skynet_forked(0, leaves / 10); });  // warm-up
   const auto start = bench_clock::now();
   const long result = spindle::run_on(rt, [leaves] { return skynet_forked(0, leaves); });
@@ -90,7 +107,7 @@ spindle::task<long> skynet_task(long number, long size) {
 }
 
 measurement run_skynet_tasks(long leaves, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   rt.block_on(skynet_task(0, leaves / 10));  // warm-up: a tenth of the work
   const auto start = bench_clock::now();
   const long result = rt.block_on(skynet_task(0, leaves));
@@ -120,7 +137,7 @@ class loop_host final : public spindle::embed::integration {
 
 long skynet_embedded_once(long leaves) {
   loop_host host;
-  spindle::embed::embedded_executor executor(host);
+  spindle::embed::embedded_executor executor(host, bench_embedded_options());
   auto root = executor.spawn(skynet_task(0, leaves));
   host.run(executor);
   return root.join();  // finished: the loop only stops once nothing asks for a tick
@@ -160,7 +177,7 @@ long fib_reference(int n) {
 }
 
 measurement run_fib(long n, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   spindle::run_on(rt, [n] { return fib(int(n) - 5); });
   const auto start = bench_clock::now();
   const long result = spindle::run_on(rt, [n] { return fib(int(n)); });
@@ -168,7 +185,7 @@ measurement run_fib(long n, int threads) {
 }
 
 measurement run_fib_spawned(long n, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   rt.block_on(fib_spawned(int(n) - 5));
   const auto start = bench_clock::now();
   const long result = rt.block_on(fib_spawned(int(n)));
@@ -198,7 +215,7 @@ measurement run_reduce(long count, int threads) {
   std::printf("serial reduce %ld 1 %.6f result=%ld%s\n", count, serial_seconds, serial_result,
               serial_result == expected ? "" : "(WRONG)");
 
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   auto parallel_sum = [&] {
     return spindle::parallel_reduce(
         values, 0L, [](long v) { return v * v; }, std::plus<long>{});
@@ -247,7 +264,7 @@ inline void count_job(std::atomic<long>& done, long n) {
 }
 
 measurement run_submit(long count, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   const measurement m = time_foreign_submissions(count, [&rt](std::atomic<long>& done, long n) {
     rt.spawn([&done, n] { count_job(done, n); }).detach();
   });
@@ -258,7 +275,7 @@ measurement run_submit(long count, int threads) {
 // --- dispatch: the same, through a dispatcher (futures, cancellation, a scope to close) ------
 // Each submission's future is dropped at once, as `submit` drops its join handles.
 measurement run_dispatch_mode(long count, int threads, spindle::dispatch_mode mode) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   spindle::dispatcher dispatcher(rt, {.mode = mode});
   return time_foreign_submissions(count, [&dispatcher](std::atomic<long>& done, long n) {
     (void)dispatcher.submit([&done, n] { count_job(done, n); });
@@ -316,7 +333,7 @@ struct pong_actor {
 };
 
 measurement run_pingpong(long trips, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   auto once = [&](long n) {
     return run_actor_program(rt, [n](std::promise<long>& done) {
       auto pong = spindle::spawn_actor_here<pong_actor>({});
@@ -348,7 +365,7 @@ struct ring_actor {
 
 measurement run_ring(long hops, int threads) {
   constexpr std::size_t ring_size = 1000;
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   std::vector<spindle::actor_ref<long>> ring;
   auto once = [&](long n) {
     ring.clear();
@@ -403,7 +420,7 @@ struct skynet_actor {
 };
 
 measurement run_skynet_actors(long leaves, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   auto once = [&](long n) {
     return run_actor_program(rt, [n](std::promise<long>& done) {
       spindle::spawn_actor_here<skynet_actor>({}, 0L, n, spindle::actor_ref<long>{}, &done);
@@ -433,7 +450,7 @@ long resident_bytes() {
 }
 
 measurement run_idle_actors(long count, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   std::vector<spindle::actor_ref<int>> refs;
   refs.reserve(std::size_t(count));
   rt.block_on([]() -> spindle::task<void> { co_return; }());  // workers and caches warm
@@ -493,7 +510,7 @@ spindle::task<void> churn(std::atomic<bool>& stop, std::atomic<long>& done) {
 }
 
 measurement run_snapshot(long live, int threads) {
-  spindle::runtime rt({.workers = std::uint32_t(threads)});
+  spindle::runtime rt(bench_options(threads));
   constexpr long per_channel = 1000;
   std::vector<std::unique_ptr<spindle::channel<int>>> channels;
   std::vector<spindle::join_handle<long>> waiting;

@@ -74,6 +74,7 @@ actor_info describe(const actor_cell& cell) {
   info.mailbox_capacity = cell.capacity;
   info.messages_handled = handled;
   info.reductions = cell.reductions_used.load(relaxed);
+  info.statistics = cell.system->core().options().diagnostics.records;
   info.supervisor = cell.supervisor.load(relaxed);
   info.restarts = cell.restarts.load(relaxed);
   return info;
@@ -92,6 +93,7 @@ void write_actor(diagnostics::json_writer& out, const actor_info& a) {
   out.member("mailbox_capacity", a.mailbox_capacity);
   out.member("messages_handled", a.messages_handled);
   out.member("reductions", a.reductions);
+  if (!a.statistics) out.member("statistics", false);
   if (a.supervisor != 0) {
     out.member("supervisor", a.supervisor);
   } else {

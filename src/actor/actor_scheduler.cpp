@@ -41,8 +41,9 @@ void note_mailbox_length(actor_cell* cell, std::uint64_t taken_now,
   }
 }
 
-// Once per run (its end, or just before it halts).
-void note_run_end(actor_cell* cell, std::uint64_t& handled_this_run) noexcept {
+// Once per run (its end, or just before it halts). Inlined: a call cost more than its body on a
+// one-message run.
+[[gnu::always_inline]] inline void note_run_end(actor_cell* cell, std::uint64_t& handled_this_run) noexcept {
   if (handled_this_run != 0) {
     cell->messages_handled.store(
         cell->messages_handled.load(std::memory_order_relaxed) + handled_this_run,
@@ -93,7 +94,8 @@ actor_scheduler::actor_scheduler(actor_system& system, std::uint32_t executor_in
       cost_floor_ns_(std::max<std::uint64_t>(system.time_slice_ns() / actor_detail::cost_floor_divisor, 1)),
       turn_runnable_(this),
       random_state_(0x2545f491u * (executor_index + 1)),
-      warnings_(static_cast<detail::runtime_state*>(system.core().layer_state())->warnings) {
+      warnings_(static_cast<detail::runtime_state*>(system.core().layer_state())->warnings),
+      records_(system.core().options().diagnostics.records) {
   hand_off_targets_.reserve(system.core().options().max_executors);
 }
 
@@ -284,6 +286,12 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     if (cell->private_head == nullptr) {
       // acquire: pairs with the senders' release pushes (the envelopes' contents).
       envelope* newest = cell->mailbox.exchange(nullptr, std::memory_order_acquire);
+      if (newest == nullptr) {
+        // Nothing more: the run ends (every run ends with such a take). It matters to the
+        // mailbox watch (G4) only while a warning is raised or looks are being counted.
+        if (warnings_.mailbox_look_matters(cell->mailbox_watch, 0)) look_at_mailbox(cell, 0);
+        break;
+      }
       bool kill = false;
       envelope* oldest_first = nullptr;
       std::uint64_t backlog = 0;
@@ -300,7 +308,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       cell->private_head = oldest_first;
       // G4: the backlog is what this take found (the private list was empty).
       if (warnings_.mailbox_look_matters(cell->mailbox_watch, backlog)) look_at_mailbox(cell, backlog);
-      note_mailbox_length(cell, taken, user_handled);
+      if (records_) note_mailbox_length(cell, taken, user_handled);
       if (kill) {
         halt(cell, exit_reason{exit_kind::killed, {}}, true);
         return;
@@ -371,7 +379,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       cut_for_woken = true;
       stats_.woken_runs_cut.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
     }
-    if (crashed || cell->stop_requested) note_run_end(cell, user_handled);
+    if ((crashed || cell->stop_requested) && records_) note_run_end(cell, user_handled);
     if (crashed) {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
       halt(cell, std::move(crash), true);
@@ -384,7 +392,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     }
     if (cut_for_woken) break;
   }
-  note_run_end(cell, user_handled);
+  if (records_) note_run_end(cell, user_handled);
   stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);  // relaxed: statistics
   // The run's time, charged to the quantum and folded into the actor's cost (its CPU demand
   // per run, for migration).

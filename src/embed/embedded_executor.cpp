@@ -55,6 +55,7 @@ embedded_executor::embedded_executor(integration& host, embedded_options options
   task_host::warnings.configure(options_.diagnostics);
   advance_record_clock(core::monotonic_nanoseconds());
   record_clock = &record_clock_ns_;
+  task_records = options_.diagnostics.records;
   tasks_section_ = ::spindle::detail::register_tasks_section(task_host::diagnostics_registry, tasks,
                                                             record_clock, clock_.last_reading());
   executors_section_ = task_host::diagnostics_registry.add_snapshot_section(

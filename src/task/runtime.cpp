@@ -142,6 +142,7 @@ runtime::runtime(runtime_options options) {
   state_->core = core;
   state_->diagnostics_registry.set_trace_source(core->trace_shared());  // G3: trace_json
   state_->record_clock = &core->coarse_clock();
+  state_->task_records = core->options().diagnostics.records;
   core->set_layer_state(state_.get());
   // Warnings (G4): the monitor watches the executors; a stall names its task through the table.
   connect_warnings(*state_, *core);

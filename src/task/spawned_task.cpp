@@ -27,16 +27,6 @@ spawned_task_base::spawned_task_base(task_host& host, std::coroutine_handle<> ro
   vtable = &table;
 }
 
-void spawned_task_base::enter_table(const spawn_location& where) {
-  table_ = &host_->tasks;
-  const spawned_task_base* parent = current_task;
-  record_ = &table_->insert(this, host_->table_shard(), id_, where,
-                            parent != nullptr ? pack_task_id(parent->id_.index, parent->id_.serial)
-                                              : no_parent,
-                            record_now_ns(host_->record_clock));
-  if (core::trace_active()) [[unlikely]] trace(core::trace_kind::spawn);
-}
-
 void spawned_task_base::trace(core::trace_kind kind, std::uint32_t aux) const noexcept {
   core::trace_record(kind, trace_id(), 0, aux);
 }

@@ -14,6 +14,7 @@ const char* to_string(task_state state) noexcept {
     case task_state::running: return "running";
     case task_state::suspended: return "suspended";
     case task_state::completing: return "completing";
+    case task_state::unrecorded: return "unrecorded";
   }
   return "unknown";
 }

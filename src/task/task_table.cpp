@@ -50,9 +50,9 @@ std::uint32_t task_table::allocate_slot(std::uint32_t shard) {
   return index;
 }
 
-task_record& task_table::insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
+task_record* task_table::insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
                                 const spawn_location& where, std::uint64_t parent,
-                                std::uint64_t now_ns) {
+                                std::uint64_t now_ns, bool record) {
   const bool foreign = executor_index < 0 || std::uint32_t(executor_index) >= executors_;
   const std::uint32_t shard = foreign ? executors_ : std::uint32_t(executor_index);
   std::uint32_t index;
@@ -67,11 +67,16 @@ task_record& task_table::insert(spawned_task_base* t, std::int32_t executor_inde
   // release: a snapshot reader that sees one of the record's new values also sees the serial's
   // advance (or `task` cleared) by the erase that freed the slot ("Records").
   std::atomic_thread_fence(std::memory_order_release);
-  s.record.start(where, parent, foreign ? no_executor : std::uint16_t(shard), now_ns);
+  if (record) {
+    s.record.start(where, parent, foreign ? no_executor : std::uint16_t(shard), now_ns);
+  } else {
+    // relaxed: published by the release store of `task` below, as start() is.
+    s.record.state.store(std::uint8_t(task_state::unrecorded), std::memory_order_relaxed);
+  }
   // release: the task's id and table pointer are visible to whoever finds it here (header),
   // and the record's start to a reader that acquires `task`.
   s.task.store(t, std::memory_order_release);
-  return s.record;
+  return record ? &s.record : nullptr;
 }
 
 bool task_table::read_record(std::uint32_t index, task_info& out, std::uint64_t now_ns) const noexcept {
@@ -84,6 +89,16 @@ bool task_table::read_record(std::uint32_t index, task_info& out, std::uint64_t 
   // relaxed everywhere below: validated by the re-read after the fence.
   constexpr auto relaxed = std::memory_order_relaxed;
   out.id = {index, serial};
+  // acquire: as for the state below.
+  if (r.state.load(std::memory_order_acquire) == std::uint8_t(task_state::unrecorded)) {
+    out = task_info{};
+    out.id = {index, serial};
+    out.state = task_state::unrecorded;
+    // The re-read, as below: the slot may have been reused by a recorded task meanwhile.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return s.serial.load(std::memory_order_relaxed) == serial &&
+           s.task.load(std::memory_order_relaxed) == task;
+  }
   if (!r.read_name(out.name)) out.name[0] = '\0';  // renamed while read: shown unnamed
   out.file = r.file.load(relaxed);
   out.function = r.function.load(relaxed);

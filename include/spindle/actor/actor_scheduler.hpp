@@ -290,6 +290,9 @@ class actor_scheduler {
   actor_scheduler_stats stats_;
   // The runtime's warnings (G4): mailbox growth is looked at when the owner takes a mailbox.
   diagnostics::warning_hub& warnings_;
+  // diagnostics_options::records: whether runs keep the cells' statistics (mailbox length and
+  // high-water mark, messages handled, reductions used).
+  const bool records_;
   void look_at_mailbox(actor_detail::actor_cell* cell, std::uint64_t backlog);
 };
 
@@ -317,6 +320,9 @@ struct actor_info {
   std::uint32_t mailbox_capacity = 0;    // 0: unbounded
   std::uint64_t messages_handled = 0;
   std::uint64_t reductions = 0;  // used since it was spawned (A3)
+  // False while diagnostics_options::records is off: the statistics above (but a bounded
+  // mailbox's length) stay 0.
+  bool statistics = true;
   actor_id supervisor = 0;       // 0: none
   std::uint32_t restarts = 0;    // restarts of its child slot before this incarnation
 };

@@ -72,6 +72,8 @@ class task_host : public core::scheduler {
   // runtime's coarse clock; an embedded executor's own, advanced by its ticks. Null: the steady
   // clock is read.
   const std::atomic<std::uint64_t>* record_clock = nullptr;
+  // Whether spawns fill their tasks' records (diagnostics_options::records; set at construction).
+  bool task_records = true;
 
   // What the parts above the task layer contribute to this host's snapshot and metrics
   // (diagnostics/registry.hpp). Declared first, so destroyed last: contributors are gone by then.

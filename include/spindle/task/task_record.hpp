@@ -55,6 +55,7 @@ enum class task_state : std::uint8_t {
   running,     // being polled on some thread
   suspended,   // waiting for something (see wait_descriptor)
   completing,  // its body finished; its tidy destructors run
+  unrecorded,  // spawned while records were off (diagnostics_options::records): only its id is known
 };
 const char* to_string(task_state state) noexcept;
 

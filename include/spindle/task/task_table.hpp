@@ -61,10 +61,11 @@ class task_table {
   // Occupies a slot for `t` (shard: the calling executor, or the foreign shard). Writes its id to
   // `id` before `t` becomes visible in the slot: a scan that finds `t` finds it knowing its id.
   // Fills the slot's record (spawn location, parent, creation time) before publishing `t`, and
-  // returns the record, which the task updates while it lives.
-  task_record& insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
-                      const spawn_location& where, std::uint64_t parent,
-                      std::uint64_t now_ns);
+  // returns the record, which the task updates while it lives. With `record` false (records
+  // off), only marks the record `unrecorded` and returns null.
+  task_record* insert(spawned_task_base* t, std::int32_t executor_index, task_id& id,
+                      const spawn_location& where, std::uint64_t parent, std::uint64_t now_ns,
+                      bool record = true);
   // Frees the slot of id (its serial advances). `executor_index` is the caller's (or -1).
   void erase(task_id id, std::int32_t executor_index) noexcept;
   // True if `id` still names a live task.
