@@ -390,6 +390,8 @@ void executor::service() noexcept {
   last_service_ns_ = core_.coarse_now_ns();
   // relaxed: a hint from the monitor; comparing costs a look at the lower-index siblings.
   watch_cpu(on_standby_ || shares_cpu_.load(std::memory_order_relaxed));
+  // relaxed: the monitor's hint, checked again by take_standby_request.
+  if (standby_request_.load(std::memory_order_relaxed) != 0) take_standby_request();
   if (on_probation_) watch_probation();
   // Owed a turn only if it has waited a whole service interval: one that yielded since the last
   // service (typically the wheel slice that just ended and brought this service on) waits for
@@ -533,17 +535,16 @@ void executor::watch_cpu(bool compare) noexcept {
         continue;
       }
       next_sibling_look_ns_ = now + core_.service_interval_ns();
-      if (sibling.thread_runnable_on(cpu)) {
-        enter_standby(i, now);
-        return;
-      }
+      if (sibling.thread_runnable_on(cpu) && enter_standby(i, now)) return;
     }
   }
   if (!on_standby_) return;
   // Standby ends when its time is up, or at once when the sibling that takes our work is stuck
-  // in a long runnable (what we handed it would wait for that runnable).
-  if (now >= standby_until_ns_.load(std::memory_order_relaxed) ||
-      core_.executor_at(standby_sibling_).in_long_runnable()) {
+  // in a long runnable (what we handed it would wait for that runnable) or went on standby
+  // itself (it hands our work on; better we serve again and let the rules choose anew).
+  const executor& sibling = core_.executor_at(standby_sibling_);
+  if (now >= standby_until_ns_.load(std::memory_order_relaxed) || sibling.in_long_runnable() ||
+      sibling.on_standby_at(now)) {
     end_standby(now);
     // Back in service, on whatever CPU the kernel gives us: see whether it is one of our own.
     on_probation_ = true;
@@ -576,11 +577,12 @@ bool read_proc_file(const char* path, char (&text)[size]) noexcept {
   return true;
 }
 
-// The calling thread's time on a CPU and time waiting for one, in nanoseconds, from
-// /proc/thread-self/schedstat (false where it cannot be read).
-bool thread_cpu_times(std::uint64_t& running, std::uint64_t& waiting) noexcept {
+// A thread's time on a CPU and time waiting for one, in nanoseconds, from its schedstat file
+// (/proc/thread-self/schedstat or /proc/self/task/TID/schedstat; false where it cannot be read).
+bool read_thread_cpu_times(const char* schedstat_path, std::uint64_t& running,
+                           std::uint64_t& waiting) noexcept {
   char text[128];
-  if (!read_proc_file("/proc/thread-self/schedstat", text)) return false;
+  if (!read_proc_file(schedstat_path, text)) return false;
   unsigned long long run = 0, wait = 0;
   if (std::sscanf(text, "%llu %llu", &run, &wait) != 2) return false;
   running = run;
@@ -596,7 +598,7 @@ void executor::watch_probation() noexcept {
   constexpr std::uint64_t evidence_ns = 500'000;  // of runnable time before judging
   const std::uint64_t now = monotonic_nanoseconds();
   std::uint64_t running = 0, waiting = 0;
-  if (!thread_cpu_times(running, waiting)) {
+  if (!read_thread_cpu_times("/proc/thread-self/schedstat", running, waiting)) {
     on_probation_ = false;
     return;
   }
@@ -622,7 +624,37 @@ void executor::watch_probation() noexcept {
   const bool serving_io =
       reactor_->in_flight() != 0 || sibling.serves_io_.load(std::memory_order_relaxed);
   if (4 * waited > ran + waited && serving_io && !sibling.in_long_runnable()) {
-    enter_standby(standby_sibling_, core_.coarse_now_ns());
+    (void)enter_standby(standby_sibling_, core_.coarse_now_ns());
+  }
+}
+
+bool executor::thread_cpu_times(std::uint64_t& running, std::uint64_t& waiting) const noexcept {
+  // relaxed: the id is a plain value; reading 0 (loop not started) means "cannot tell".
+  const int thread_id = thread_id_.load(std::memory_order_relaxed);
+  if (thread_id <= 0) return false;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", thread_id);
+  return read_thread_cpu_times(path, running, waiting);
+}
+
+void executor::take_standby_request() noexcept {
+  // relaxed: a hint (see the member); taken once.
+  const std::uint32_t request = standby_request_.exchange(0, std::memory_order_relaxed);
+  if (request == 0 || request - 1 == index_ || request - 1 >= core_.executor_count()) return;
+  const std::uint32_t sibling = request - 1;
+  const std::uint64_t now = core_.coarse_now_ns();
+  // The rules of watch_cpu, as things are now rather than when the monitor looked: only while
+  // we serve I/O, not for a sibling stuck in a long runnable, and not when we stand by already
+  // (for a sibling on our own CPU: that standby stays). enter_standby refuses a sibling on
+  // standby.
+  if (on_standby_ || reactor_->in_flight() == 0 || !core_.standby_enabled() ||
+      core_.executor_at(sibling).in_long_runnable()) {
+    return;
+  }
+  if (enter_standby(sibling, now)) {
+    // relaxed: single writer, a sample.
+    stats_.contention_standbys.store(
+        stats_.contention_standbys.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 }
 
@@ -649,24 +681,36 @@ bool executor::thread_runnable_on(int cpu) const noexcept {
   return std::atoi(field) == cpu;
 }
 
-void executor::enter_standby(std::uint32_t sibling, std::uint64_t now) noexcept {
+bool executor::enter_standby(std::uint32_t sibling, std::uint64_t now) noexcept {
   const auto first = std::uint64_t(core_.options().standby_first.count());
   const auto longest = std::uint64_t(core_.options().standby_longest.count());
-  if (!on_standby_) {
-    // Back to the first length after a long enough spell without standby; 4x per repeat.
-    if (standby_length_ns_ == 0 || now - standby_ended_ns_ >= longest) {
-      standby_length_ns_ = first;
-    } else {
-      standby_length_ns_ = std::min(standby_length_ns_ * 4, longest);
+  {
+    std::lock_guard lock(core_.standby_mutex_);
+    // A sibling on standby hands its work on: standing by for it could close a cycle. Every
+    // standby is entered under this mutex after this check, so two executors never stand by
+    // for each other (a standby left pointing at a sibling that went on standby later ends at
+    // its next service, watch_cpu). relaxed: the sibling's store was made under this mutex.
+    if (core_.executor_at(sibling).standby_until_ns_.load(std::memory_order_relaxed) > now) {
+      return false;
     }
-    on_standby_ = true;
-    stats_.standbys.store(stats_.standbys.load(std::memory_order_relaxed) + 1,
-                          std::memory_order_relaxed);  // relaxed: single writer, a sample
+    if (!on_standby_) {
+      // Back to the first length after a long enough spell without standby; 4x per repeat.
+      if (standby_length_ns_ == 0 || now - standby_ended_ns_ >= longest) {
+        standby_length_ns_ = first;
+      } else {
+        standby_length_ns_ = std::min(standby_length_ns_ * 4, longest);
+      }
+      on_standby_ = true;
+      stats_.standbys.store(stats_.standbys.load(std::memory_order_relaxed) + 1,
+                            std::memory_order_relaxed);  // relaxed: single writer, a sample
+    }
+    standby_sibling_ = sibling;
+    // relaxed: a hint for notifiers and placement (see the member's comment); siblings deciding
+    // to stand by read it under the mutex.
+    standby_until_ns_.store(now + standby_length_ns_, std::memory_order_relaxed);
   }
-  standby_sibling_ = sibling;
-  // relaxed: a hint for notifiers and placement (see the member's comment).
-  standby_until_ns_.store(now + standby_length_ns_, std::memory_order_relaxed);
   hand_queued_work_to_sibling();
+  return true;
 }
 
 void executor::hand_queued_work_to_sibling() noexcept {
@@ -771,9 +815,12 @@ void executor::park() noexcept {
   // The kernel put us on an idle CPU if it had one; if it put us beside a sibling that waits for
   // this CPU, it had none (parking.md, "Executors that share a CPU").
   watch_cpu(true);
+  // relaxed: the monitor's hint, checked again by take_standby_request.
+  if (standby_request_.load(std::memory_order_relaxed) != 0) take_standby_request();
   if (on_standby_ && is_searching_) {
     // Woken to search, but we stand by: pass the search on (wake_one_if_idle picks a sleeper
-    // not on standby, or nobody when executor 0 is awake and will find the work itself).
+    // not on standby, or nobody when an executor not on standby is awake and will find the
+    // work itself).
     is_searching_ = false;
     if (core_.transition_from_searching()) core_.notify_work_available();
   }

@@ -348,11 +348,13 @@ void runtime_core::wake_one_if_idle(std::uint32_t preferred) noexcept {
     }
     // An executor on standby shares a CPU with a sibling that takes its work (parking.md,
     // "Executors that share a CPU"): wake another sleeper instead. When every sleeper is on
-    // standby, wake nobody: executor 0 is never on standby (a standby has a lower-index sibling),
-    // so it is not registered as a sleeper and will see the work before it parks (the Dekker
-    // pair above). Not while an executor is in a long runnable (executor 0 may be the one): then
-    // a standby executor is woken like any other, and ends its standby if the sibling it stands
-    // by for is the one stuck (executor::watch_cpu); otherwise it passes the search on.
+    // standby, wake nobody: some executor is not on standby (a standby is entered only for a
+    // sibling not on standby, under standby_mutex_, so the last one entered points at an
+    // executor that is not), and that one is not registered as a sleeper: it will see the work
+    // before it parks (the Dekker pair above). Not while an executor is in a long runnable (that
+    // one may be it): then a standby executor is woken like any other, and ends its standby if
+    // the sibling it stands by for is the one stuck (executor::watch_cpu); otherwise it passes
+    // the search on.
     // relaxed: the monitor's hint; the monitor also wakes someone for work stranded meanwhile.
     if (standby_enabled() && long_runnables_.load(std::memory_order_relaxed) == 0) {
       const std::uint64_t now = coarse_now_ns();

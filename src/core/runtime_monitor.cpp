@@ -130,9 +130,11 @@ void runtime_monitor::tick(std::uint64_t now) noexcept {
   }
   if (core_.standby_enabled()) {
     watch_cpu_sharing(count);
-    // Injected work nobody takes: executors on standby are not woken for it while executor 0 is
-    // awake, and executor 0 may be the one inside a long runnable. Wake someone (standby does
-    // not count while an executor is in a long runnable, runtime_core::wake_one_if_idle).
+    watch_cpu_contention(count, now);
+    // Injected work nobody takes: executors on standby are not woken for it while the executor
+    // they stand by for is awake, and that one may be inside a long runnable. Wake someone
+    // (standby does not count while an executor is in a long runnable,
+    // runtime_core::wake_one_if_idle).
     // relaxed: a hint.
     if (core_.long_runnables_.load(std::memory_order_relaxed) != 0 && core_.injector_.any()) {
       core_.notify_work_available();
@@ -199,6 +201,81 @@ void runtime_monitor::watch_cpu_sharing(std::uint32_t count) noexcept {
   }
   for (const std::int32_t cpu : claimed_cpus_) cpu_claimed_by_[std::size_t(cpu)] = unclaimed;
   claimed_cpus_.clear();
+}
+
+void runtime_monitor::watch_cpu_contention(std::uint32_t count, std::uint64_t now) noexcept {
+  // Step 6. The co-location rule (watch_cpu_sharing, executor::watch_cpu) sees two of our own
+  // threads on one CPU; it cannot see a CPU we share with a thread that is not ours (a load
+  // generator, a compiler). The kernel's accounting can: a thread on a shared CPU waits for it
+  // about half its runnable time, one on a CPU of its own hardly at all. Only a reactor's owner
+  // delivers its completions, so the connections of an executor that waits wait with it while
+  // a sibling on a free CPU could serve them; that executor stands by for the sibling.
+  // Both must show it: the sibling must have run (evidence that its CPU is free, not merely
+  // that it was parked) and waited under an eighth; on a machine busy everywhere nobody waits
+  // that little, and nobody stands by (their CPU share is all they have).
+  constexpr std::uint64_t windows_in_service_intervals = 8;
+  constexpr std::uint64_t evidence_ns = 1'000'000;  // of runnable time in a window
+  const std::uint64_t window_ns = windows_in_service_intervals * core_.service_interval_ns();
+  if (now - contention_window_start_ns_ < window_ns) return;
+  contention_window_start_ns_ = now;
+  bool any_io = false;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    // relaxed: hints (executor.hpp).
+    any_io |= core_.executor_at(i).serves_io_.load(std::memory_order_relaxed);
+  }
+  const std::uint64_t coarse_now = core_.coarse_now_ns();
+  constexpr std::uint32_t none = ~std::uint32_t(0);
+  std::uint32_t waits_most = none;  // serves I/O and waited over a quarter: the most
+  double most = 0.25;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    executor_view& view = views_[i];
+    executor& e = core_.executor_at(i);
+    view.share_waited = -1;
+    std::uint64_t running = 0, waiting = 0;
+    // Without I/O there is nothing to decide: read nothing (no system calls for CPU work).
+    if (!any_io || !e.thread_cpu_times(running, waiting)) {
+      view.cpu_times_valid = false;
+      continue;
+    }
+    const bool had_window = view.cpu_times_valid;
+    const std::uint64_t ran = running - view.cpu_running_ns;
+    const std::uint64_t waited = waiting - view.cpu_waiting_ns;
+    view.cpu_running_ns = running;
+    view.cpu_waiting_ns = waiting;
+    view.cpu_times_valid = true;
+    if (!had_window || ran + waited < evidence_ns || e.on_standby_at(coarse_now) ||
+        e.in_long_runnable()) {
+      continue;
+    }
+    view.share_waited = double(waited) / double(ran + waited);
+    // relaxed: a hint (executor.hpp).
+    if (view.share_waited > most && e.serves_io_.load(std::memory_order_relaxed)) {
+      most = view.share_waited;
+      waits_most = i;
+    }
+  }
+  if (waits_most == none) return;
+  // The sibling that waited least, under an eighth, last seen on another CPU: two executors on
+  // one CPU are the co-location rule's case (it knows which of the two should stand by).
+  // relaxed: hints (executor.hpp).
+  const std::int32_t busy_cpu =
+      core_.executor_at(waits_most).last_cpu_.load(std::memory_order_relaxed);
+  std::uint32_t waits_least = none;
+  double least = 0.125;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const double share = views_[i].share_waited;
+    if (i == waits_most || share < 0 || share >= least ||
+        core_.executor_at(i).last_cpu_.load(std::memory_order_relaxed) == busy_cpu) {
+      continue;
+    }
+    least = share;
+    waits_least = i;
+  }
+  if (waits_least != none) {
+    // relaxed: a hint the executor checks again (executor::take_standby_request).
+    core_.executor_at(waits_most).standby_request_.store(waits_least + 1,
+                                                         std::memory_order_relaxed);
+  }
 }
 
 void runtime_monitor::sample_utilisation(std::uint32_t index, std::uint64_t now) noexcept {

@@ -71,6 +71,9 @@ void write_executor_metrics(std::string& out, core::runtime_core& core) {
           &stats::rescues);
   counter("spindle_executor_standbys_total",
           "Times the executor stood by for a sibling sharing its CPU.", &stats::standbys);
+  counter("spindle_executor_contention_standbys_total",
+          "Of those, times the monitor asked for it: its thread waited for a CPU a sibling's did not.",
+          &stats::contention_standbys);
   counter("spindle_executor_local_schedules_total",
           "Spawns, wakes and yields pushed onto this executor's local queue by its own thread.",
           &stats::local_schedules);

@@ -123,6 +123,7 @@ struct executor_stats {
   std::atomic<std::uint64_t> rescues{0};            // stuck executors' timers/work taken over
   std::atomic<std::uint64_t> pings{0};              // pings delivered to the ping handler
   std::atomic<std::uint64_t> standbys{0};           // times it went on standby (CPU shared)
+  std::atomic<std::uint64_t> contention_standbys{0};  // of which asked by the monitor (CPU waits)
   // Idle trims: times it gave its private frame cache back after a park of
   // frame_cache_idle_trim (frame_allocator.hpp).
   std::atomic<std::uint64_t> frame_cache_trims{0};
@@ -217,6 +218,10 @@ class executor {
   // The CPU the worker thread was last seen on (at its last wake-up or service; -1 before the
   // first, or where the system cannot tell). Relaxed: a hint, stale by up to a service.
   std::int32_t last_cpu() const noexcept { return last_cpu_.load(std::memory_order_relaxed); }
+  // The worker thread's total time on a CPU and waiting for one, in nanoseconds (its /proc
+  // schedstat; false before its loop starts or where it cannot be read). Any thread (the
+  // monitor, tests); a system call.
+  bool thread_cpu_times(std::uint64_t& running, std::uint64_t& waiting) const noexcept;
   // Whether this executor is on standby at coarse time `now` (parking.md, "Executors that share
   // a CPU"): it runs only work addressed to it and hands the rest to a sibling. Relaxed: a hint
   // for notifiers and placement; the owner's own state is on_standby_.
@@ -327,7 +332,9 @@ class executor {
   // CPU sharing (parking.md): publishes the current CPU; `compare` also looks for an awake
   // lower-index sibling last seen on it, and enters, extends or ends standby accordingly.
   void watch_cpu(bool compare) noexcept;
-  void enter_standby(std::uint32_t sibling, std::uint64_t now) noexcept;
+  // False where `sibling` is on standby itself (checked and entered under the core's
+  // standby_mutex_, so that no two executors ever stand by for each other).
+  bool enter_standby(std::uint32_t sibling, std::uint64_t now) noexcept;
   void end_standby(std::uint64_t now) noexcept;
   // On standby: our local queue and our injector shard go to the sibling's shard.
   void hand_queued_work_to_sibling() noexcept;
@@ -337,6 +344,8 @@ class executor {
   // Whether the kernel says this executor's thread is runnable (running or waiting for a CPU)
   // and last ran on `cpu` (its /proc stat; false when it cannot tell). Any thread; a system call.
   bool thread_runnable_on(int cpu) const noexcept;
+  // Takes the monitor's standby request, if any, and stands by where the rules still allow it.
+  void take_standby_request() noexcept;
   // On standby: `r` goes to the sibling's injector shard instead of our local queue.
   void hand_to_sibling(runnable* r) noexcept;
   std::uint32_t next_random() noexcept;
@@ -397,6 +406,11 @@ class executor {
   // The worker thread's kernel id, for its /proc stat (thread_runnable_on); 0 until its loop
   // starts. Relaxed: a sibling that reads 0 simply does not stand by.
   std::atomic<int> thread_id_{0};
+  // A standby the monitor asks for: sibling + 1, 0 for none (parking.md, "A CPU shared with a
+  // thread that is not ours"). The monitor writes; the owner takes it at its next service or
+  // wake-up and checks the rules again (take_standby_request). Relaxed: a hint; a request lost
+  // to a race is asked again a contention window later.
+  std::atomic<std::uint32_t> standby_request_{0};
 
   // Owner-only state.
   executor_message_pool message_pool_;

@@ -382,6 +382,11 @@ class runtime_core final : public scheduler {
   // Set by the notifier that unregistered a sleeper and counted it as searching; read and
   // cleared by that executor when it wakes. Guarded by sleepers_mutex_.
   std::vector<std::uint8_t> woken_as_searcher_;
+  // Held while an executor decides to stand by and marks itself (executor::enter_standby): a
+  // standby is entered only for a sibling not on standby, and under this mutex that check and
+  // the mark are one step, so no two executors stand by for each other (a cycle would hand work
+  // back and forth with nobody to run it). Taken at most once per standby, never on a hot path.
+  std::mutex standby_mutex_;
 
   // Time slicing (runtime_monitor.hpp).
   const std::uint64_t service_interval_ns_;

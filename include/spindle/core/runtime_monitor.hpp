@@ -47,7 +47,13 @@
 //      one also claims gets its `shares_cpu` hint, so that its next service compares (the
 //      executor decides, with the kernel's word, whether to go on standby). And while an
 //      executor is in a long runnable with injected work waiting, someone is woken for it
-//      (executors on standby are otherwise not woken while executor 0 is awake).
+//      (executors on standby are otherwise not woken while one not on standby is awake).
+//   6. CPU contention (parking.md, "A CPU shared with a thread that is not ours"): once per
+//      contention window (8 service intervals), while some executor serves I/O, the monitor
+//      reads each executor's time on a CPU and waiting for one (/proc schedstat). An executor
+//      serving I/O that waited more than a quarter of its runnable time, while a sibling that
+//      ran at least a millisecond waited less than an eighth of its own, is asked to stand by
+//      for that sibling (executor::standby_request_; the executor decides at its next service).
 // Idle: when no executor has been awake for 20 ms (utilisation has decayed) the monitor sleeps
 // until one wakes (executor::park notifies it;
 // a Dekker pair of seq_cst operations on `idle_` and the runtime's unparked count means no wake
@@ -138,6 +144,11 @@ class runtime_monitor {
     std::uint64_t progress_since_ns = 0; // when it was first seen at that value
     std::uint64_t busy_ns = 0;           // busy time sampled at the start of the window
     std::uint64_t window_start_ns = 0;
+    // CPU contention (step 6): the thread's schedstat times at the window's start.
+    std::uint64_t cpu_running_ns = 0;
+    std::uint64_t cpu_waiting_ns = 0;
+    bool cpu_times_valid = false;        // false: the next window only starts counting
+    double share_waited = -1;            // of the last window's runnable time; -1: no evidence
   };
 
   void run() noexcept;
@@ -149,6 +160,7 @@ class runtime_monitor {
   // Everyone has been parked for `idle_ns`: trims the frame depot (see "Idle" above).
   void trim_idle_frame_depot(std::uint64_t idle_ns) noexcept;
   void watch_cpu_sharing(std::uint32_t count) noexcept;
+  void watch_cpu_contention(std::uint32_t count, std::uint64_t now) noexcept;
   executor_sample sample_executor(std::uint32_t index) const noexcept;
 
   runtime_core& core_;
@@ -158,6 +170,7 @@ class runtime_monitor {
   // CPUs claimed (to reset them). Monitor thread only.
   std::vector<std::uint32_t> cpu_claimed_by_;
   std::vector<std::int32_t> claimed_cpus_;
+  std::uint64_t contention_window_start_ns_ = 0;  // step 6; monitor thread only
   std::atomic<std::uint64_t> ticks_{0};
   std::atomic<std::uint64_t> frame_depot_trims_{0};
   std::mutex mutex_;
