@@ -107,31 +107,44 @@ bool task_table::read_record(std::uint32_t index, task_info& out, std::uint64_t 
   out.has_parent = parent != no_parent;
   out.parent = {std::uint32_t(parent >> 32), std::uint32_t(parent)};
   out.executor = r.executor.load(relaxed);
-  // acquire: pairs with the record's release of each state, so the stamps read below are at
-  // least those the state was published with (task_record.hpp).
-  out.state = task_state(r.state.load(std::memory_order_acquire));
-  out.waker_registered =
-      out.state == task_state::suspended && r.waker_registered.load(relaxed) != 0;
-  if (out.state == task_state::suspended) {
-    out.waiting_on = {spindle::wait_kind(r.wait_kind.load(relaxed)), r.wait_object.load(relaxed),
-                      r.wait_number.load(relaxed)};
-  } else {
-    out.waiting_on = {};
+  // The fields are read one by one while the owner writes them. A poll that ends between the
+  // read of the state ("running", from its start) and the read of busy_ns (which then holds the
+  // whole poll) would be counted twice, once more as the running stretch below: busy + scheduled
+  // above the age by up to a poll, when the reader is descheduled in between. Such a change moves
+  // the state or the poll count, so the record is read again when the re-read sees them moved (a
+  // few times: a task that changes faster than we read is shown as last read).
+  std::uint64_t created = 0, poll_started = 0, suspended = 0;
+  for (int reads_left = 4;; --reads_left) {
+    // acquire: pairs with the record's release of each state, so the stamps read below are at
+    // least those the state was published with (task_record.hpp).
+    out.state = task_state(r.state.load(std::memory_order_acquire));
+    out.waker_registered =
+        out.state == task_state::suspended && r.waker_registered.load(relaxed) != 0;
+    if (out.state == task_state::suspended) {
+      out.waiting_on = {spindle::wait_kind(r.wait_kind.load(relaxed)), r.wait_object.load(relaxed),
+                        r.wait_number.load(relaxed)};
+    } else {
+      out.waiting_on = {};
+    }
+    out.polls = r.polls.load(relaxed);
+    out.wakes = r.wakes.load(relaxed);
+    out.self_wakes = r.self_wakes.load(relaxed);
+    out.busy_ns = r.busy_ns.load(relaxed);
+    // acquire: pairs with on_poll_start's release; the poll start read below is then the one
+    // that ended the wait this count includes.
+    out.scheduled_ns = r.scheduled_ns.load(std::memory_order_acquire);
+    created = r.created_ns.load(relaxed);
+    out.last_wake_ns = r.last_wake_ns.load(relaxed);
+    poll_started = r.poll_started_ns.load(relaxed);
+    suspended = r.suspended_ns.load(relaxed);
+    // acquire: orders the loads above before the re-reads (seqlock reader).
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.serial.load(relaxed) != serial || s.task.load(relaxed) != task) return false;
+    if (reads_left == 1 || (r.state.load(relaxed) == std::uint8_t(out.state) &&
+                            r.polls.load(relaxed) == out.polls)) {
+      break;
+    }
   }
-  out.polls = r.polls.load(relaxed);
-  out.wakes = r.wakes.load(relaxed);
-  out.self_wakes = r.self_wakes.load(relaxed);
-  out.busy_ns = r.busy_ns.load(relaxed);
-  // acquire: pairs with on_poll_start's release; the poll start read below is then the one
-  // that ended the wait this count includes.
-  out.scheduled_ns = r.scheduled_ns.load(std::memory_order_acquire);
-  const std::uint64_t created = r.created_ns.load(relaxed);
-  out.last_wake_ns = r.last_wake_ns.load(relaxed);
-  const std::uint64_t poll_started = r.poll_started_ns.load(relaxed);
-  const std::uint64_t suspended = r.suspended_ns.load(relaxed);
-  // acquire: orders the loads above before the re-reads (seqlock reader).
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (s.serial.load(relaxed) != serial || s.task.load(relaxed) != task) return false;
   // Derived times. The current poll (or wait for a poll) counts as busy (scheduled) time so far.
   // Every stamp comes from the host's record clock, as `now_ns` must; a stamp written after the
   // caller read the clock moves `now` up to it, so busy + scheduled (disjoint stretches between
