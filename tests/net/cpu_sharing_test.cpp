@@ -134,7 +134,8 @@ TEST_P(NetCpuSharing, ExecutorsOnDifferentCpusNeverStandBy) {
 // shared with a thread that is not ours"). Whichever index it has: executor 0 stands by too.
 // Every byte still comes back, during and after. Where the sibling's CPU is not free either
 // (something else loads the machine), the rule rightly does nothing: the test then says so and
-// skips rather than assert what the rule must not do.
+// skips rather than assert what the rule must not do. (Without the rule: the test fails on both
+// backends on a quiet machine.)
 class SpinnerOnCpu {
  public:
   explicit SpinnerOnCpu(int cpu)
@@ -175,7 +176,10 @@ void expect_stands_by_beside_a_spinner(NetCpuSharing& test, std::uint32_t beside
     std::uint64_t running = 0, waiting = 0;
     rt.core().executor_at(free_one).thread_cpu_times(running, waiting);
     const std::uint64_t ran = running - free_running, waited = waiting - free_waiting;
-    if (8 * waited >= ran + waited) {
+    // The rule asks for a window in which the sibling waited under an eighth; over the whole
+    // run a free CPU here still shows 10-20 % (the monitor, the kernel's own work). Over a
+    // quarter, the sibling's CPU was plainly busy too.
+    if (4 * waited >= ran + waited) {
       GTEST_SKIP() << "the sibling's CPU was not free either (it waited " << waited / 1000
                    << " us of " << (ran + waited) / 1000 << " us): nothing to stand by for";
     }
