@@ -87,6 +87,8 @@ namespace {
 
 // Pushes onto the Treiber stack; false if the mailbox is closed (the actor halted).
 bool push_envelope(actor_cell& cell, envelope* message) noexcept {
+  // Read before the push: once pushed, the owner may handle and free the envelope at once.
+  const bool counted = cell.counts_pushes && message->kind == envelope_kind::user;
   // relaxed: the value is only a CAS expectation.
   envelope* head = cell.mailbox.load(std::memory_order_relaxed);
   do {
@@ -96,7 +98,7 @@ bool push_envelope(actor_cell& cell, envelope* message) noexcept {
     // the push before our load of `state` below (the Dekker pairing with going Receiving).
   } while (!cell.mailbox.compare_exchange_weak(head, message, std::memory_order_seq_cst,
                                                std::memory_order_relaxed));
-  if (cell.counts_pushes && message->kind == envelope_kind::user) {
+  if (counted) {
     // relaxed: a diagnostics count (the mailbox length is received - handled).
     cell.messages_received.fetch_add(1, std::memory_order_relaxed);
   }

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "spindle/actor/actors.hpp"
 #include "spindle/spindle.hpp"
@@ -236,6 +238,46 @@ TEST(SnapshotActors, ATaskAskingAnActorShowsWhichActor) {
   EXPECT_EQ(std::string(text), "ask actor#" + std::to_string(actor.id()));
   asker.cancel();
   EXPECT_THROW(spindle::testing::join_bounded(std::move(asker)), spindle::task_cancelled);
+}
+
+struct tally {
+  using message_type = int;
+  std::atomic<int>* handled;
+  explicit tally(std::atomic<int>* h) : handled(h) {}
+  void receive(int) { handled->fetch_add(1); }
+};
+
+// Issue 15's attack (ThreadSanitizer): with exact mailbox lengths a sender read its envelope's
+// kind after the push had published it, when the owner may already have handled and freed it
+// (a data race on freed memory: "Previous read of size 1 ... push_envelope", "Write ... free ...
+// user_envelope<int>::destroy_self"). Senders on other threads while the actor keeps up; the
+// count must be exact at the end. Fails under the tsan preset (the race report) before the fix.
+TEST(SnapshotActors, SendersNeverReadAnEnvelopeTheActorMayHaveFreed) {
+  spindle::runtime_options runtime_options{.workers = 2};
+  runtime_options.diagnostics.exact_mailbox_lengths = true;
+  spindle::runtime rt(runtime_options);
+  std::atomic<int> handled{0};
+  spindle::spawn_options options;
+  options.name = "tally";
+  auto a = spindle::spawn_actor<tally>(rt, options, &handled);
+  constexpr int per_sender = 20'000;
+  std::vector<std::thread> senders;
+  for (int t = 0; t < 2; ++t) {
+    senders.emplace_back([&] {
+      for (int i = 0; i < per_sender; ++i) ASSERT_EQ(a.send(i), spindle::send_result::queued);
+    });
+  }
+  for (std::thread& t : senders) t.join();
+  ASSERT_TRUE(eventually([&] { return handled.load() == 2 * per_sender; }));
+  ASSERT_TRUE(eventually([&] {
+    const auto info = find_actor(spindle::actors_of(rt).snapshot(), "tally");
+    return info.has_value() && info->messages_handled == 2u * per_sender;
+  }));
+  const auto info = find_actor(spindle::actors_of(rt).snapshot(), "tally");
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->mailbox_length, 0u);
+  EXPECT_TRUE(info->mailbox_length_exact);
+  a.stop();
 }
 
 }  // namespace

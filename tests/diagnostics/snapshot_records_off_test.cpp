@@ -99,6 +99,32 @@ TEST(SnapshotRecordsOff, ActorsKeepNameAndStateButNoStatistics) {
   a.stop();
 }
 
+// Issue 15's attack: with exact_mailbox_lengths on as well, the senders still counted their
+// pushes while the owner no longer counted what it handled, so an idle actor that had handled
+// 1000 messages was listed with an exact mailbox length (and high-water mark) of 1000.
+TEST(SnapshotRecordsOff, ExactMailboxLengthsDoNotCountMessagesAlreadyHandled) {
+  spindle::runtime_options options = without_records();
+  options.diagnostics.exact_mailbox_lengths = true;
+  spindle::runtime rt(options);
+  spindle::actor_system& actors = spindle::actors_of(rt);
+  std::atomic<int> handled{0};
+  spindle::spawn_options spawn;
+  spawn.name = "exact";
+  auto a = spindle::spawn_actor<counter>(rt, spawn, &handled);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(a.send(i), spindle::send_result::queued);
+  ASSERT_TRUE(eventually([&] { return handled.load() == 1000; }));
+  bool found = false;
+  for (const spindle::actor_info& info : actors.snapshot()) {
+    if (info.name != "exact") continue;
+    found = true;
+    EXPECT_FALSE(info.statistics);
+    EXPECT_EQ(info.mailbox_length, 0u);
+    EXPECT_EQ(info.mailbox_high_water, 0u);
+  }
+  EXPECT_TRUE(found);
+  a.stop();
+}
+
 TEST(SnapshotRecordsOff, WithRecordsOnTheSameActorCountsItsMessages) {
   spindle::runtime rt(spindle::runtime_options{.workers = 2});
   spindle::actor_system& actors = spindle::actors_of(rt);

@@ -357,7 +357,11 @@ struct typed_cell final : actor_cell {
       : actor_cell(system, vtable, id, home, options.mailbox_capacity, quantum, options.pinned,
                    options.domain) {
     name = options.name;  // before the behaviour: a throw here leaves nothing to destroy
-    counts_pushes = system.core().options().diagnostics.exact_mailbox_lengths;
+    // Pushes are counted only while the owner counts what it handles (diagnostics_options::
+    // records): received - handled with handled never counted would list every message ever
+    // sent as still queued.
+    counts_pushes = system.core().options().diagnostics.exact_mailbox_lengths &&
+                    system.core().options().diagnostics.records;
     // relaxed: before publication (the directory's lock and the adopt message publish them).
     supervisor.store(options.supervisor, std::memory_order_relaxed);
     restarts.store(options.restarts, std::memory_order_relaxed);

@@ -33,6 +33,7 @@ struct diagnostics_options {
   // read-modify-write per message, +15% on `spindle-bench pingpong`; docs/design/diagnostics.md,
   // "Snapshot (G1)"). Off: a snapshot shows the messages the actor took out of its mailbox and
   // has not handled yet, and whether more are waiting (bounded mailboxes are always exact).
+  // Needs `records` (what the actor handled is one of its statistics): ignored while it is off.
   bool exact_mailbox_lengths = false;
 
   // --- G2 metrics ------------------------------------------------------------------------------
