@@ -26,6 +26,8 @@
 #include <variant>
 #include <vector>
 
+#include "spindle/core/trace.hpp"
+#include "spindle/diagnostics/trace_export.hpp"
 #include "spindle/spindle.hpp"
 
 namespace spindle_bench {
@@ -565,6 +567,42 @@ measurement run_snapshot(long live, int threads) {
   return {json_seconds, complete ? live : tasks_seen, live};
 }
 
+// --- trace-events: what one event point costs (SPEC G3) ---------------------------------------
+// A task on a one-worker runtime calls core::trace_event N times in a loop, first with tracing
+// off (the point's relaxed load and branch), then on (the ring write); the time is the traced
+// loop. Also on stderr: ns per event both ways (docs/design/diagnostics.md, "Switching and
+// cost"). Built with -DSPINDLE_TRACING=OFF both loops are empty.
+[[gnu::noinline]] void trace_events(long first, long count) {
+  for (long i = first; i < first + count; ++i) {
+    spindle::core::trace_event(spindle::core::trace_kind::wake, std::uint64_t(i));
+  }
+}
+
+spindle::task<double> trace_loop(long events) {
+  // In chunks of 2^19 with a yield between them, which keeps the polls short of the stall
+  // warning (G4).
+  constexpr long chunk = 1L << 19;
+  const auto start = bench_clock::now();
+  for (long first = 0; first < events; first += chunk) {
+    trace_events(first, std::min(chunk, events - first));
+    co_await spindle::yield_now();
+  }
+  co_return seconds_since(start);
+}
+
+measurement run_trace_events(long events, int) {
+  spindle::runtime rt(bench_options(1));
+  rt.block_on(trace_loop(events / 10));  // warm-up
+  const double off = rt.block_on(trace_loop(events));
+  spindle::diagnostics::set_tracing(rt.diagnostics_registry(), true);
+  rt.block_on(trace_loop(events / 10));  // warm-up: the ring's pages
+  const double on = rt.block_on(trace_loop(events));
+  spindle::diagnostics::set_tracing(rt.diagnostics_registry(), false);
+  std::fprintf(stderr, "trace-events: %ld events, tracing off %.2f ns an event point, on %.2f ns\n",
+               events, off * 1e9 / double(events), on * 1e9 / double(events));
+  return {on, events, events, 1};
+}
+
 using workload_function = measurement (*)(long, int);
 
 struct workload {
@@ -588,6 +626,7 @@ const std::map<std::string, workload>& workloads() {
       {"dispatch", {&run_dispatch, 1000000}},
       {"dispatch-sequential", {&run_dispatch_sequential, 1000000}},
       {"snapshot", {&run_snapshot, 100000}},
+      {"trace-events", {&run_trace_events, 10000000}},
   };
   return table;
 }
