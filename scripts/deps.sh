@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages spindle needs to build, test and benchmark.
-# apt-get runs only when something is missing. Needs root for that.
+# apt-get runs only when something is missing: as root directly, as a user through sudo.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -20,10 +20,16 @@ if ((${#missing[@]} == 0)); then
 fi
 
 echo "deps: missing: ${missing[*]}"
-if [[ $(id -u) -ne 0 ]]; then
-  echo "deps: not root; install them with:" >&2
-  echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+# As root (a fresh Debian machine, CI) apt-get runs as is; as a user, through sudo where there
+# is one; otherwise say what to install.
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo > /dev/null; then
+  as_root=(sudo DEBIAN_FRONTEND=noninteractive)
+else
+  echo "deps: not root and no sudo; as root, run:" >&2
+  echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
   exit 1
 fi
-apt-get update
-apt-get install -y --no-install-recommends "${missing[@]}"
+"${as_root[@]}" apt-get update
+"${as_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
