@@ -46,6 +46,10 @@ step("${CMAKE_COMMAND}" -S "${CONSUMER_DIR}" -B "${consumer_build}" -G "${GENERA
      "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
 step("${CMAKE_COMMAND}" --build "${consumer_build}")
 expect_version("${consumer_build}/consumer")
+step("${consumer_build}/documented_usage")
+if(NOT step_output MATCHES "documented usage: OK")
+  message(FATAL_ERROR "documented_usage printed '${step_output}'")
+endif()
 
 # 2. pkg-config --cflags --libs spindle.
 if(NOT PKG_CONFIG)

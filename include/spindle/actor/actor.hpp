@@ -76,12 +76,12 @@ struct spawn_options {
   bool pinned = false;                    // never migrated
   // The executors it may live on: spawned on one of them, migrated only among them (a NUMA
   // node or a core kind, topology.hpp). Any by default.
-  core::executor_domain domain;
+  core::executor_domain domain{};
   std::uint32_t mailbox_capacity = 0;     // 0: unbounded
   std::uint32_t quantum = 0;              // reductions per turn; 0: the system's default
   // Its name in diagnostics (snapshots, the live view); a supervisor names its children after
   // their specs when this is empty.
-  std::string name;
+  std::string name{};
   // Set by a supervisor in the options it passes to a child's factory (diagnostics: the
   // supervision tree): the supervisor's id, and how many times that child was started before.
   actor_id supervisor = 0;

@@ -78,7 +78,7 @@ enum class child_outcome : std::uint8_t {
 
 // One child of a supervisor, in declaration order (its index is its position).
 struct child_spec {
-  std::string name;
+  std::string name{};
   restart_type restart = restart_type::always;
   std::vector<std::size_t> dependencies;  // indices of the children it needs started first
 };

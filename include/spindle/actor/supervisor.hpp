@@ -75,10 +75,10 @@ struct child_placement {
 };
 
 struct supervised_child {
-  std::string name;
+  std::string name{};
   restart_type restart = restart_type::always;
-  std::vector<std::string> depends_on;  // names of children that must be started first
-  child_placement placement;
+  std::vector<std::string> depends_on{};  // names of children that must be started first
+  child_placement placement{};
   // How long the child may take to be down after its stop request before it is killed (a
   // stop request is handled after the messages queued before it). Zero: killed at once. A
   // child that is a supervisor stops its own children first: give it the sum of theirs (once
@@ -86,11 +86,11 @@ struct supervised_child {
   // milliseconds::max(): never killed (the time module saturates it, sleep.hpp).
   std::chrono::milliseconds stop_timeout{5000};
   // Spawns the child with these options (placement resolved) and returns its handle.
-  std::function<actor_handle(const spawn_options&)> start;
+  std::function<actor_handle(const spawn_options&)> start{};
 };
 
 struct supervisor_spec {
-  std::vector<supervised_child> children;
+  std::vector<supervised_child> children{};
   restart_pattern pattern = restart_pattern::one;
   restart_limit limit = restart_limit::at_most(3, std::chrono::seconds(5));
 };

@@ -73,7 +73,7 @@ struct diagnostics_options {
   // "127.0.0.1:PORT" (or "[::1]:PORT"; another address only when `serve_beyond_loopback`)
   // starts the diagnostics server on a thread of its own. Empty: the environment variable
   // SPINDLE_DIAGNOSTICS decides; "off" disables both.
-  std::string server_address;
+  std::string server_address{};
   bool serve_beyond_loopback = false;
 };
 

@@ -156,7 +156,7 @@ struct runtime_options {
   static constexpr std::size_t min_worker_stack_size = std::size_t(256) << 10;
   std::size_t worker_stack_size = 0;
   // Called on each worker thread when it starts (e.g. to set thread names); may be empty.
-  std::function<void(std::uint32_t executor_index)> on_worker_start;
+  std::function<void(std::uint32_t executor_index)> on_worker_start{};
   // Frame cache (frame_allocator.hpp; docs/design/tasks.md, "Frame cache"): freed task frames,
   // actor envelopes and submissions are kept for reuse in a depot shared by all threads. While
   // this runtime runs, the depot may hold this many more bytes per executor; what is freed

@@ -80,9 +80,9 @@ struct dispatcher_options {
   // "spindle: unobserved exception in a dispatcher submission ..." to stderr
   // (log_unobserved_exception). Keep it short (it may run on a worker); it must not throw
   // (std::terminate).
-  std::function<void(std::exception_ptr)> on_unobserved_exception;
+  std::function<void(std::exception_ptr)> on_unobserved_exception{};
   // Its name in diagnostics (the snapshot's "dispatchers" section, its worker tasks' names).
-  std::string name;
+  std::string name{};
 };
 
 class dispatcher_closed : public std::runtime_error {
