@@ -749,6 +749,13 @@ void executor::hand_to_sibling(runnable* r) noexcept {
 }
 
 void executor::park() noexcept {
+  // On standby we never search: a search still held here (woken to search, then back on
+  // standby) goes on now. Parked with it, we would drop it silently below, while notifiers that
+  // saw a searcher woke nobody for their work and our re-check does not look at theirs.
+  if (on_standby_ && is_searching_) {
+    is_searching_ = false;
+    if (core_.transition_from_searching()) core_.notify_work_available();
+  }
   const bool was_searching = is_searching_;
   is_searching_ = false;
   // 1. PARKING: registered as a sleeper, counted as parked; senders of messages see the flag.
@@ -817,14 +824,14 @@ void executor::park() noexcept {
   watch_cpu(true);
   // relaxed: the monitor's hint, checked again by take_standby_request.
   if (standby_request_.load(std::memory_order_relaxed) != 0) take_standby_request();
+  if (on_probation_) watch_probation();
   if (on_standby_ && is_searching_) {
-    // Woken to search, but we stand by: pass the search on (wake_one_if_idle picks a sleeper
-    // not on standby, or nobody when an executor not on standby is awake and will find the
-    // work itself).
+    // Woken to search, but we stand by (after every decision that may put us there, probation
+    // included): pass the search on (wake_one_if_idle picks a sleeper not on standby, or nobody
+    // when an executor not on standby is awake and will find the work itself).
     is_searching_ = false;
     if (core_.transition_from_searching()) core_.notify_work_available();
   }
-  if (on_probation_) watch_probation();
   fire_timers();
 }
 
