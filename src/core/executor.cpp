@@ -362,9 +362,8 @@ runnable* executor::search() noexcept {
 
 void executor::run_one(runnable* r) noexcept {
   if (is_searching_) {
-    is_searching_ = false;
     // The last searcher to find work wakes another: where there was some, there may be more.
-    if (core_.transition_from_searching()) core_.notify_work_available();
+    pass_search_on();
   }
   // relaxed: single writer; a sample for the monitor's stall watch (nothing is published by it).
   running_.store(r, std::memory_order_relaxed);
@@ -748,14 +747,16 @@ void executor::hand_to_sibling(runnable* r) noexcept {
   core_.wake_one_if_idle(standby_sibling_);
 }
 
+void executor::pass_search_on() noexcept {
+  is_searching_ = false;
+  if (core_.transition_from_searching()) core_.notify_work_available();
+}
+
 void executor::park() noexcept {
   // On standby we never search: a search still held here (woken to search, then back on
   // standby) goes on now. Parked with it, we would drop it silently below, while notifiers that
   // saw a searcher woke nobody for their work and our re-check does not look at theirs.
-  if (on_standby_ && is_searching_) {
-    is_searching_ = false;
-    if (core_.transition_from_searching()) core_.notify_work_available();
-  }
+  if (on_standby_ && is_searching_) pass_search_on();
   const bool was_searching = is_searching_;
   is_searching_ = false;
   // 1. PARKING: registered as a sleeper, counted as parked; senders of messages see the flag.
@@ -829,8 +830,7 @@ void executor::park() noexcept {
     // Woken to search, but we stand by (after every decision that may put us there, probation
     // included): pass the search on (wake_one_if_idle picks a sleeper not on standby, or nobody
     // when an executor not on standby is awake and will find the work itself).
-    is_searching_ = false;
-    if (core_.transition_from_searching()) core_.notify_work_available();
+    pass_search_on();
   }
   fire_timers();
 }

@@ -126,7 +126,9 @@ TEST_P(NetCpuSharing, ExecutorsOnDifferentCpusNeverStandBy) {
   spindle::runtime rt(pinned({cpus[0], cpus[1]}));
   echo_rounds(rt, [] { return false; }, 5);
   for (std::uint32_t i = 0; i < 2; ++i) {
-    if (contention_standbys_of(rt, i) == 0) EXPECT_EQ(standbys_of(rt, i), 0u) << "executor " << i;
+    if (contention_standbys_of(rt, i) == 0) {
+      EXPECT_EQ(standbys_of(rt, i), 0u) << "executor " << i;
+    }
   }
 }
 

@@ -325,6 +325,8 @@ class executor {
   runnable* steal_round() noexcept;
   runnable* take_offer(std::uint32_t start) noexcept;
   void park() noexcept;
+  // Stops searching and, as the last searcher, wakes another (runtime_core's searcher count).
+  void pass_search_on() noexcept;
   void run_one(runnable* r) noexcept;
   void service() noexcept;
   void fire_timers() noexcept;
@@ -396,7 +398,9 @@ class executor {
   // services), anyone reads. shares_cpu_: the monitor writes, at its tick, while another awake
   // executor was last seen on the same CPU; the owner reads it at services to decide whether to
   // compare. standby_until_ns_: owner writes (coarse clock; 0 when not on standby), notifiers
-  // and placement read. All relaxed: hints, never used to publish anything.
+  // and placement read; a sibling deciding to stand by reads it under runtime_core::
+  // standby_mutex_, under which every standby is entered. All relaxed: hints, never used to
+  // publish anything (the mutex orders the standby decisions).
   std::atomic<std::int32_t> last_cpu_{-1};
   std::atomic<bool> shares_cpu_{false};
   std::atomic<std::uint64_t> standby_until_ns_{0};
