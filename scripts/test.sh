@@ -4,14 +4,16 @@
 #   tsan        unit + stress under ThreadSanitizer
 #               (TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1", set by the tsan test preset)
 #   asan-ubsan  unit tests under AddressSanitizer + UBSan
-# Choose presets with SPINDLE_PRESETS="release tsan asan-ubsan" (the default).
+#   clang-release  all tests, built by clang 16 (the second compiler)
+# Choose presets with SPINDLE_PRESETS="release tsan asan-ubsan clang-release" (the default).
+# Each step prints how long it took (CI's budget is the sum).
 # Ends with "N passed, N failed" over all presets; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/deps.sh || exit 1
 
-presets=${SPINDLE_PRESETS:-release tsan asan-ubsan}
+presets=${SPINDLE_PRESETS:-release tsan asan-ubsan clang-release}
 jobs=$(nproc)
 passed=0
 failed=0
@@ -19,18 +21,22 @@ status=0
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
 
+timings=""
 for preset in $presets; do
   echo "=== [$preset] configure + build"
+  started=$SECONDS
   if ! cmake --preset "$preset" || ! cmake --build --preset "$preset" -j"$jobs"; then
     echo "=== [$preset] BUILD FAILED"
     status=1
     continue
   fi
+  built=$SECONDS
 
   echo "=== [$preset] test"
   log="$logdir/$preset.log"
   ctest --preset "$preset" -j"$jobs" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
+  timings+="=== [$preset] build $((built - started)) s, tests $((SECONDS - built)) s"$'\n'
   (( rc == 0 )) || status=1
 
   # "100% tests passed, 0 tests failed out of 12"
@@ -62,6 +68,7 @@ for preset in $presets; do
   ' "$log"
 done
 
+printf '%s' "$timings"
 echo "$passed passed, $failed failed"
 (( failed == 0 )) || status=1
 exit "$status"

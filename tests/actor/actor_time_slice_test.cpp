@@ -121,10 +121,7 @@ spindle::task<int> ask_from_task(light_ref ref) {
   co_return co_await std::move(question);
 }
 
-spindle::task<int> sleep_then(std::chrono::nanoseconds duration, int value) {
-  co_await spindle::sleep_for(duration);
-  co_return value;
-}
+using spindle::testing::sleep_then;
 
 // --- a busy actor does not starve its executor's tasks, timers and other actors --------------
 
@@ -365,7 +362,7 @@ TEST(ActorTimeSlice, IdleActorWokenFromEverywhereBesideABusyActor) {
 // --- migration follows CPU demand, not actor counts --------------------------------------------
 
 // One half of a pair that bounces a number back and forth until `stop` (a chatty, light load).
-struct bouncer {
+struct bouncing_pair_half {
   using message_type = long;
   const actor_ref<long>* partner;
   const std::atomic<bool>* stop;
@@ -398,7 +395,7 @@ TEST(ActorTimeSliceMigration, LightActorsLeaveAnExecutorSaturatedByPinnedHeavyAc
   std::atomic<int> bouncers_stopped{0};
   std::vector<actor_ref<long>> bouncers(2 * pairs);  // sized once: partners point into it
   for (int i = 0; i < 2 * pairs; ++i) {
-    bouncers[std::size_t(i)] = spawn_actor<bouncer>(rt, pinned_one, &bouncers[std::size_t(i ^ 1)],
+    bouncers[std::size_t(i)] = spawn_actor<bouncing_pair_half>(rt, pinned_one, &bouncers[std::size_t(i ^ 1)],
                                                     &stop_bouncing, &bouncers_stopped);
   }
   for (int i = 0; i < pairs; ++i) bouncers[std::size_t(2 * i)].send(0);
@@ -441,8 +438,8 @@ TEST(ActorTimeSliceMigration, ChattyPairOnAnIdleRuntimeStaysTogether) {
   std::atomic<bool> stop{false};
   std::atomic<int> stopped{0};
   std::vector<actor_ref<long>> pair(2);
-  pair[0] = spawn_actor<bouncer>(rt, on_zero, &pair[1], &stop, &stopped);
-  pair[1] = spawn_actor<bouncer>(rt, on_zero, &pair[0], &stop, &stopped);
+  pair[0] = spawn_actor<bouncing_pair_half>(rt, on_zero, &pair[1], &stop, &stopped);
+  pair[1] = spawn_actor<bouncing_pair_half>(rt, on_zero, &pair[0], &stop, &stopped);
   pair[0].send(0);
   auto& wheel = spindle::actors_of(rt).scheduler(0);
   const long messages = spindle::testing::under_tsan ? 20'000 : 200'000;

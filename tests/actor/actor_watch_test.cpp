@@ -26,7 +26,7 @@ using spindle::spawn_actor;
 using spindle::spawn_options;
 
 // Crashes on a negative message.
-struct crasher {
+struct crashes_on_negative {
   using message_type = int;
   void receive(int value) {
     if (value < 0) throw std::runtime_error("crashed on purpose");
@@ -73,7 +73,7 @@ TEST(ActorWatch, LinkingTwiceIsOneLinkAndOneExitNotification) {
   std::promise<void> ready;
   std::promise<int> exits_before_down;
   std::vector<spindle::exit_message> exits;
-  auto target = spawn_actor<crasher>(rt);
+  auto target = spawn_actor<crashes_on_negative>(rt);
   auto linker = spawn_actor<double_linker>(rt, &ready, &exits_before_down, &exits);
   linker.send(actor_handle(target));
   linker.send(actor_handle(target));
@@ -165,7 +165,7 @@ TEST(ActorWatch, WatchingAnEmptyHandleIsAUsageErrorAndUnwatchingItDoesNothing) {
 // plain thread waits on the same receiver.
 TEST(ActorWatch, APlainTaskAwaitsAnActorsExit) {
   runtime rt({.workers = 2});
-  auto target = spawn_actor<crasher>(rt);
+  auto target = spawn_actor<crashes_on_negative>(rt);
   auto before = spindle::monitor_actor(target);
   auto waiting = rt.spawn([](spindle::oneshot_receiver<spindle::exit_reason> down)
                               -> spindle::task<spindle::exit_reason> { co_return co_await down; }(
@@ -190,7 +190,7 @@ TEST(ActorWatch, AMonitorIsToldWhenShutdownHaltsTheActor) {
   std::optional<spindle::oneshot_receiver<spindle::exit_reason>> down;
   {
     runtime rt({.workers = 1});
-    auto target = spawn_actor<crasher>(rt);
+    auto target = spawn_actor<crashes_on_negative>(rt);
     down.emplace(spindle::monitor_actor(target));
   }
   EXPECT_EQ(down->blocking_receive().kind, exit_kind::shutdown);
@@ -240,7 +240,7 @@ TEST(ActorWatch, WatchesChurnedWhileTargetsCrashAreEachToldOnce) {
   std::vector<actor_handle> handles;
   std::vector<spindle::oneshot_receiver<spindle::exit_reason>> told;
   for (int i = 0; i < targets; ++i) {
-    auto target = spawn_actor<crasher>(rt, spawn_options{.executor = 1});
+    auto target = spawn_actor<crashes_on_negative>(rt, spawn_options{.executor = 1});
     told.push_back(spindle::monitor_actor(target));
     watcher.send(actor_handle(target));
     handles.push_back(target);

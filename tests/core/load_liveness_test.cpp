@@ -24,9 +24,7 @@ namespace {
 using namespace std::chrono_literals;
 using namespace spindle::testing;
 
-double utilisation_of(spindle::runtime& rt, std::uint32_t index) {
-  return rt.core().executor_at(index).stats().utilisation.load() / 65536.0;
-}
+using spindle::testing::utilisation_of;
 
 // Spins without yielding until `release` or the liveness deadline; records when it started.
 spindle::task<void> spin_until_released(std::atomic<bool>* spinning,

@@ -28,9 +28,7 @@ namespace {
 using namespace std::chrono_literals;
 using namespace spindle::testing;
 
-double utilisation_of(spindle::runtime& rt, std::uint32_t index) {
-  return rt.core().executor_at(index).stats().utilisation.load() / 65536.0;
-}
+using spindle::testing::utilisation_of;
 
 // (Coroutine lambdas must not capture: the closure dies before the frame. Free functions here.)
 spindle::task<int> count_yields_until(std::atomic<bool>& stop) {

@@ -22,9 +22,7 @@ using namespace std::chrono_literals;
 using namespace spindle::testing;
 using steady = std::chrono::steady_clock;
 
-double utilisation_of(spindle::runtime& rt, std::uint32_t index) {
-  return rt.core().executor_at(index).stats().utilisation.load() / 65536.0;
-}
+using spindle::testing::utilisation_of;
 
 // Spins (never suspends) until `release` is set or `limit` passes.
 void spin_until_released(const std::atomic<bool>& release, steady::duration limit) {

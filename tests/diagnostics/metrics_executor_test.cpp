@@ -24,13 +24,7 @@ using namespace std::chrono_literals;
 using namespace spindle::testing;
 using spindle::core::executor_stats;
 
-// The value of one sample line `series value` in an exposition; -1 if absent.
-double sample_value(const std::string& text, const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  const std::size_t at = text.find(key);
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + key.size()));
-}
+using spindle::testing::sample_value;
 
 std::string metrics_of(spindle::runtime& rt) {
   return spindle::diagnostics::metrics_text(spindle::detail::state_of(rt).diagnostics_registry);

@@ -51,12 +51,7 @@ command_result promtool_check(const std::string& text, const std::string& name) 
   return run("promtool check metrics < '" + file.string() + "'");
 }
 
-double sample_value(const std::string& text, const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  const std::size_t at = text.find(key);
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + key.size()));
-}
+using spindle::testing::sample_value;
 
 struct counter_actor {
   int total = 0;

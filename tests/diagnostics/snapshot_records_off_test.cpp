@@ -21,10 +21,7 @@ using spindle::task_info;
 using spindle::task_state;
 using spindle::testing::eventually;
 
-task<int> receive_one(spindle::channel<int>& ch) {
-  std::optional<int> v = co_await ch.receive();
-  co_return v.value_or(-1);
-}
+using spindle::testing::receive_or_minus_one;
 
 spindle::runtime_options without_records() {
   spindle::runtime_options options{.workers = 2};
@@ -35,7 +32,7 @@ spindle::runtime_options without_records() {
 TEST(SnapshotRecordsOff, TasksAreListedByIdOnlyAndStillRun) {
   spindle::runtime rt(without_records());
   spindle::channel<int> ch(4);
-  auto h = rt.spawn_named("consumer", receive_one(ch));
+  auto h = rt.spawn_named("consumer", receive_or_minus_one(ch));
   const spindle::task_id id = h.id();
   // Listed (by id), unrecorded: no name, location, wait or counts.
   std::optional<task_info> seen;
@@ -54,7 +51,9 @@ TEST(SnapshotRecordsOff, TasksAreListedByIdOnlyAndStillRun) {
   bool listed = false;
   for (const nlohmann::json& t : doc.at("tasks")) {
     if (t.at("state") == "unrecorded") listed = true;
-    if (t.at("state") == "unrecorded") EXPECT_TRUE(t.at("waiting_on").is_null());
+    if (t.at("state") == "unrecorded") {
+      EXPECT_TRUE(t.at("waiting_on").is_null());
+    }
   }
   EXPECT_TRUE(listed);
   // The task runs as with records on.

@@ -58,16 +58,13 @@ nlohmann::json json_task(spindle::runtime& rt, std::string_view name) {
   return nullptr;
 }
 
-task<int> receive_one(spindle::channel<int>& ch) {
-  std::optional<int> v = co_await ch.receive();
-  co_return v.value_or(-1);
-}
+using spindle::testing::receive_or_minus_one;
 
 TEST(SnapshotTasks, NamedTaskWaitingOnAChannelShowsTheChannelItsNameAndSpawnLine) {
   spindle::runtime rt(spindle::runtime_options{.workers = 2});
   spindle::channel<int> ch(4);
   const std::uint32_t spawn_line = __LINE__ + 1;
-  auto h = rt.spawn_named("consumer", receive_one(ch));
+  auto h = rt.spawn_named("consumer", receive_or_minus_one(ch));
   const task_info t = wait_until_suspended(rt, "consumer");
   EXPECT_EQ(t.waiting_on.kind, spindle::wait_kind::channel_receive);
   EXPECT_EQ(describe(t), "channel#" + std::to_string(ch.diagnostic_id()) + " receive");
@@ -218,7 +215,7 @@ TEST(SnapshotTasks, ASleepPastItsDeadlineIsDescribedAsDue) {
   EXPECT_STREQ(text, "sleep");
 }
 
-task<std::int32_t> read_pipe(int fd) {
+task<std::int32_t> named_pipe_reader(int fd) {
   spindle::set_task_name("reader");
   char byte = 0;
   spindle::core::io_operation op;
@@ -235,7 +232,7 @@ TEST_P(SnapshotIo, ATaskReadingAnEmptyPipeShowsTheDescriptor) {
   spindle::runtime rt(spindle::runtime_options{.workers = 1, .io_backend = GetParam()});
   spindle::testing::fd_pair pipe(spindle::testing::nonblocking_pipe);
   ASSERT_GE(pipe.read_end, 0);
-  auto h = rt.spawn(read_pipe(pipe.read_end));
+  auto h = rt.spawn(named_pipe_reader(pipe.read_end));
   const task_info t = wait_until_suspended(rt, "reader");
   EXPECT_EQ(t.waiting_on.kind, spindle::wait_kind::io);
   EXPECT_EQ(describe(t), "read fd " + std::to_string(pipe.read_end));

@@ -21,10 +21,7 @@ using namespace std::chrono_literals;
 using spindle::embed::embedded_executor;
 using spindle::testing::test_host;
 
-spindle::task<int> sleep_then(spindle::clock_duration d, int v) {
-  co_await spindle::sleep_for(d);
-  co_return v;
-}
+using spindle::testing::sleep_then;
 
 spindle::task<int> await_plus_one(spindle::join_handle<int> h, std::atomic<bool>& started) {
   started.store(true);

@@ -112,10 +112,7 @@ using spindle::embed::phase;
 using spindle::testing::frame_counter;
 using spindle::testing::phase_log;
 
-spindle::task<int> sleep_then(spindle::clock_duration d, int v) {
-  co_await spindle::sleep_for(d);
-  co_return v;
-}
+using spindle::testing::sleep_then;
 
 spindle::task<int> sleep_until_then(spindle::clock_time t, int v) {
   co_await spindle::sleep_until(t);

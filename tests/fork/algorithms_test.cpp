@@ -25,14 +25,13 @@
 #include <vector>
 
 #include "support/test_support.hpp"
+#include "support/fork_support.hpp"
 
 namespace {
 
 using namespace spindle::testing;
 
-spindle::runtime_options forking(std::uint32_t workers) {
-  return {.workers = workers, .fork_quantum = std::chrono::nanoseconds(0)};
-}
+using spindle::testing::forking;
 
 // Per-index visit counters: every index exactly once.
 struct visits {

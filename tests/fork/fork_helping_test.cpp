@@ -36,23 +36,17 @@
 #include <stdexcept>
 
 #include "support/test_support.hpp"
+#include "support/fork_support.hpp"
 
 namespace {
 
 using namespace spindle::testing;
 using std::chrono::steady_clock;
 
-// Forks until `flag` is set (every fork is a heartbeat, so the frame below gets promoted).
-void fork_until(const std::atomic<bool>& flag) {
-  const auto deadline = steady_clock::now() + std::chrono::seconds(20);
-  while (!flag.load(std::memory_order_acquire)) {
-    spindle::fork_join([] {}, [] {});
-    if (steady_clock::now() > deadline) throw std::runtime_error("fork_until: never set");
-  }
-}
+using spindle::testing::fork_until;
 
 // Spins without forking (no promotion) until `flag` is set or `limit` has passed.
-void spin_until(const std::atomic<bool>& flag, std::chrono::steady_clock::duration limit) {
+void spin_until_set_or_timeout(const std::atomic<bool>& flag, std::chrono::steady_clock::duration limit) {
   const auto deadline = steady_clock::now() + limit;
   while (!flag.load(std::memory_order_acquire) && steady_clock::now() < deadline) {
   }
@@ -85,13 +79,13 @@ TEST(ForkJoinHelping, AWaitingOwnerNeverRunsPiecesOfAnUnrelatedComputation) {
     auto [left, right] = spindle::fork_join(
         [shared] {
           fork_until(shared->stolen_started);  // the right branch below was stolen
-          spin_until(shared->locker_published, std::chrono::seconds(20));
+          spin_until_set_or_timeout(shared->locker_published, std::chrono::seconds(20));
           return 1;
         },
         [shared] {
           shared->stolen_started.store(true, std::memory_order_release);
           // Long enough for the waiting holder to look at every board many times.
-          spin_until(shared->locker_piece_ran, std::chrono::milliseconds(100));
+          spin_until_set_or_timeout(shared->locker_piece_ran, std::chrono::milliseconds(100));
           return 2;
         });
     shared->holder_done.store(true, std::memory_order_release);
@@ -100,7 +94,7 @@ TEST(ForkJoinHelping, AWaitingOwnerNeverRunsPiecesOfAnUnrelatedComputation) {
   });
 
   // The locker starts once the holder and its thief occupy two workers: it runs on the third.
-  spin_until(shared->stolen_started, std::chrono::seconds(20));
+  spin_until_set_or_timeout(shared->stolen_started, std::chrono::seconds(20));
   ASSERT_TRUE(shared->stolen_started.load());
   auto locker = rt->spawn([shared] {
     const std::uint64_t promoted_before = spindle::fork_statistics().promoted;
@@ -114,7 +108,7 @@ TEST(ForkJoinHelping, AWaitingOwnerNeverRunsPiecesOfAnUnrelatedComputation) {
             spindle::fork_join([] {}, [] {});
           }
           shared->locker_published.store(true, std::memory_order_release);
-          spin_until(shared->holder_done, std::chrono::seconds(20));
+          spin_until_set_or_timeout(shared->holder_done, std::chrono::seconds(20));
           return 10;
         },
         [shared] {

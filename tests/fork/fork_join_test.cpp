@@ -24,26 +24,20 @@
 #include <vector>
 
 #include "support/test_support.hpp"
+#include "support/fork_support.hpp"
 
 namespace {
 
 using namespace spindle::testing;
 using std::chrono::steady_clock;
 
-spindle::runtime_options forking(std::uint32_t workers) {
-  return {.workers = workers, .fork_quantum = std::chrono::nanoseconds(0)};
-}
+using spindle::testing::forking;
 
 std::uint64_t fib_serial(int n) {
   return n < 2 ? std::uint64_t(n) : fib_serial(n - 1) + fib_serial(n - 2);
 }
 
-std::uint64_t fib_fork(int n) {
-  if (n < 2) return std::uint64_t(n);
-  auto [a, b] =
-      spindle::fork_join([n] { return fib_fork(n - 1); }, [n] { return fib_fork(n - 2); });
-  return a + b;
-}
+using spindle::testing::fib_fork;
 
 spindle::task<std::uint64_t> fib_task(int n) { co_return fib_fork(n); }
 
@@ -73,16 +67,7 @@ void expect_stealing(Body body) {
   EXPECT_GT(delegated_now(), before) << "no right branch was ever run by a thief";
 }
 
-// Keeps forking until `flag` is set. At quantum 0 every fork is a heartbeat, so the enclosing
-// fork's right branch is promoted after two of them and an idle worker takes it: with >= 2
-// workers this deterministically makes the enclosing right branch run on another thread.
-void fork_until(const std::atomic<bool>& flag) {
-  const auto deadline = steady_clock::now() + std::chrono::seconds(60);
-  while (!flag.load(std::memory_order_acquire)) {
-    spindle::fork_join([] {}, [] {});
-    if (steady_clock::now() > deadline) throw std::runtime_error("right branch never stolen");
-  }
-}
+using spindle::testing::fork_until;
 
 // Objects and exceptions that count how many of them are alive (leak checks).
 struct tracked {

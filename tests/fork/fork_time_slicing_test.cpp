@@ -32,6 +32,7 @@
 #include <string>
 
 #include "support/test_support.hpp"
+#include "support/fork_support.hpp"
 
 namespace {
 
@@ -56,12 +57,7 @@ bool spin_until_or_bound(Predicate done) {
   return true;
 }
 
-std::uint64_t fib_fork(int n) {
-  if (n < 2) return std::uint64_t(n);
-  auto [a, b] =
-      spindle::fork_join([n] { return fib_fork(n - 1); }, [n] { return fib_fork(n - 2); });
-  return a + b;
-}
+using spindle::testing::fib_fork;
 
 // A fine-grained computation: with a fork or element costing nanoseconds, the countdown between
 // clock checks grows to its longest (the case where a following coarse computation used to

@@ -38,16 +38,7 @@ using spindle::core::io_backend;
 using spindle::io::file;
 using namespace spindle::testing;
 
-// A runtime on `backend`, or null when the epoll backend is not built yet (ENOSYS stub).
-std::unique_ptr<spindle::runtime> runtime_on(io_backend backend, std::uint32_t workers = 2) {
-  try {
-    return std::make_unique<spindle::runtime>(
-        spindle::runtime_options{.workers = workers, .io_backend = backend});
-  } catch (const std::system_error& e) {
-    if (backend == io_backend::epoll && e.code().value() == ENOSYS) return nullptr;
-    throw;
-  }
-}
+using spindle::testing::runtime_on;
 
 std::vector<std::byte> random_bytes(std::mt19937_64& rng, std::size_t n) {
   std::vector<std::byte> bytes(n);

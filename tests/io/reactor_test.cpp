@@ -109,7 +109,7 @@ spindle::task<std::size_t> current_in_flight() {
   co_return spindle::io::current_reactor().in_flight();
 }
 
-std::string pattern(std::size_t n, std::uint64_t seed) {
+std::string seeded_text(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::string s(n, '\0');
   for (char& c : s) c = char(rng() & 0xff);
@@ -179,7 +179,7 @@ TEST_P(IoReactor, SocketpairSendRecvExactData) {
   make_socketpair(s);
   auto rt = runtime(2);
   // Larger than the socket buffers: the sender waits for the receiver, both make progress.
-  const std::string data = pattern(4 << 20, 1);
+  const std::string data = seeded_text(4 << 20, 1);
   auto sender = rt->spawn(send_all(s.write_end, &data, 256 * 1024));
   auto receiver = rt->spawn(recv_all(s.read_end, data.size(), 64 * 1024 + 7));
   EXPECT_EQ(join_bounded(std::move(sender), 60s), data.size());

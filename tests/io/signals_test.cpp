@@ -64,15 +64,7 @@ void send_value(int signo, int value) {
   ASSERT_EQ(::sigqueue(::getpid(), signo, v), 0);
 }
 
-std::unique_ptr<spindle::runtime> runtime_on(io_backend backend, std::uint32_t workers = 2) {
-  try {
-    return std::make_unique<spindle::runtime>(
-        spindle::runtime_options{.workers = workers, .io_backend = backend});
-  } catch (const std::system_error& e) {
-    if (backend == io_backend::epoll && e.code().value() == ENOSYS) return nullptr;
-    throw;
-  }
-}
+using spindle::testing::runtime_on;
 
 class IoSignals : public ::testing::TestWithParam<io_backend> {
  protected:

@@ -176,7 +176,7 @@ bool drive_by_polling(spindle::core::reactor& reactor, Done done) {
 
 // Drives `reactor` with waits of at most 10 ms until `done()`; false after 20 s.
 template <class Done>
-bool drive(spindle::core::reactor& reactor, Done done) {
+bool drive_until(spindle::core::reactor& reactor, Done done) {
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
@@ -216,7 +216,7 @@ void reads_satisfied_at_once(spindle::core::reactor& reactor, int count, bool by
   const auto bytes = ssize_t(sent.size() * sizeof(std::uint32_t));
   ASSERT_EQ(::write(p.write_end, sent.data(), std::size_t(bytes)), bytes);
   const bool done = by_polling ? drive_by_polling(reactor, [&] { return all_called(records); })
-                               : drive(reactor, [&] { return all_called(records); });
+                               : drive_until(reactor, [&] { return all_called(records); });
   ASSERT_TRUE(done) << "completions lost: "
                     << std::count_if(records.begin(), records.end(),
                                      [](auto& r) { return r.calls == 0; })
@@ -291,7 +291,7 @@ TEST_P(SqFullDirect, EveryPointRetriesToTheExactData) {
       ops[i] = recorded_op(io_opcode::write, p.write_end, records[i], data[i].data(), 8);
       reactor.submit(&ops[i]);
     }
-    ASSERT_TRUE(drive(reactor, [&] { return all_called(records); }));
+    ASSERT_TRUE(drive_until(reactor, [&] { return all_called(records); }));
     for (int i = 0; i < count; ++i) {
       EXPECT_EQ(records[i].calls, 1) << i;
       EXPECT_EQ(records[i].result, 8) << i;
@@ -325,7 +325,7 @@ TEST_P(SqFullDirect, EveryPointRetriesToTheExactData) {
     reactor.poll();
     reactor.wait(1ms);
     for (int i = 0; i < count; ++i) reactor.cancel(reinterpret_cast<std::uintptr_t>(&ops[i]));
-    ASSERT_TRUE(drive(reactor, [&] { return all_called(records); }));
+    ASSERT_TRUE(drive_until(reactor, [&] { return all_called(records); }));
     for (int i = 0; i < 3; ++i) reactor.wait(1ms);
     for (int i = 0; i < count; ++i) {
       EXPECT_EQ(records[i].calls, 1) << i;

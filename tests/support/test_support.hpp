@@ -17,6 +17,8 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -273,6 +275,54 @@ inline std::uint64_t scaled(std::uint64_t release_count, double tsan_factor = 1.
   if (const char* text = std::getenv("SPINDLE_SYNC_SCALE")) factor = std::atof(text);
   const auto n = static_cast<std::uint64_t>(double(release_count) * factor);
   return n == 0 ? 1 : n;
+}
+
+// --- helpers several test files share -----------------------------------------------------
+// (One definition each: the test executables are unity builds, where two files' helpers of
+// the same name would collide.)
+
+// An executor's utilisation (0..1), from its statistics.
+inline double utilisation_of(spindle::runtime& rt, std::uint32_t index) {
+  return rt.core().executor_at(index).stats().utilisation.load() / 65536.0;
+}
+
+// The value of one sample line `series value` in a Prometheus exposition; -1 if absent.
+inline double sample_value(const std::string& text, const std::string& series) {
+  const std::string key = "\n" + series + " ";
+  const std::size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + key.size()));
+}
+
+inline spindle::task<int> sleep_then(spindle::clock_duration duration, int value) {
+  co_await spindle::sleep_for(duration);
+  co_return value;
+}
+
+inline spindle::task<void> send_one(spindle::channel<int>& ch, int value) {
+  co_await ch.send(std::move(value));
+}
+
+inline spindle::task<std::optional<int>> receive_one(spindle::channel<int>& ch) {
+  co_return co_await ch.receive();
+}
+
+// The next value, or -1 once the channel is closed and empty.
+inline spindle::task<int> receive_or_minus_one(spindle::channel<int>& ch) {
+  std::optional<int> value = co_await ch.receive();
+  co_return value.value_or(-1);
+}
+
+// A runtime on `backend`; null where the kernel lacks it (epoll's ENOSYS).
+inline std::unique_ptr<spindle::runtime> runtime_on(spindle::core::io_backend backend,
+                                                     std::uint32_t workers = 2) {
+  try {
+    return std::make_unique<spindle::runtime>(
+        spindle::runtime_options{.workers = workers, .io_backend = backend});
+  } catch (const std::system_error& e) {
+    if (backend == spindle::core::io_backend::epoll && e.code().value() == ENOSYS) return nullptr;
+    throw;
+  }
 }
 
 }  // namespace spindle::testing

@@ -102,11 +102,8 @@ TEST(Channel, ManyProducersManyConsumersDeliverEachItemExactlyOnce) {
   EXPECT_EQ(sum, n * (n - 1) / 2);
 }
 
-spindle::task<void> send_one(spindle::channel<int>& ch, int value) { co_await ch.send(value); }
-
-spindle::task<std::optional<int>> receive_one(spindle::channel<int>& ch) {
-  co_return co_await ch.receive();
-}
+using spindle::testing::send_one;
+using spindle::testing::receive_one;
 
 TEST(Channel, ASenderWaitsWhileFullAndItsItemFollowsTheBufferedOnes) {
   spindle::runtime rt({.workers = 2});

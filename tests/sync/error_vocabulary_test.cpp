@@ -15,8 +15,9 @@
 
 namespace {
 
-spindle::task<std::optional<int>> receive_one(spindle::channel<int>& ch) { co_return co_await ch.receive(); }
-spindle::task<void> send_one(spindle::channel<int>& ch, int value) { co_await ch.send(std::move(value)); }
+using spindle::testing::receive_one;
+using spindle::testing::send_one;
+
 spindle::task<int> receive_oneshot(spindle::oneshot_receiver<int> rx) { co_return co_await rx; }
 
 // Rule 1: receiving from a channel that is closed and drained is the end of the stream, not an
