@@ -625,13 +625,13 @@ TEST(EmbeddedForeign, ManyThreadsWakingATaskWhileTheHostTicksLoseNothing) {
   test_host host;
   embedded_executor executor(host);
   spindle::semaphore permits(0);
-  const int per_thread = spindle::testing::under_tsan ? 300 : 2000;
+  constexpr int per_thread = spindle::testing::under_tsan ? 300 : 2000;
   constexpr int threads = 3;
   std::atomic<bool> ran_outside_tick{false};
   auto h = executor.spawn(acquire_many(permits, threads * per_thread, &executor, ran_outside_tick));
   std::vector<std::thread> releasers;
   for (int t = 0; t < threads; ++t) {
-    releasers.emplace_back([&permits, per_thread] {
+    releasers.emplace_back([&permits] {
       for (int i = 0; i < per_thread; ++i) permits.release();
     });
   }
@@ -1226,7 +1226,7 @@ TEST(EmbeddedForeign, SpawnsFromManyThreadsWhileTheHostTicksRunEachTaskOnce) {
   test_host host;
   embedded_executor executor(host, {.tasks_per_tick = 16, .tasks_per_execute_phase = 4});
   constexpr int threads = 3;
-  const int per_thread = spindle::testing::under_tsan ? 200 : 1000;
+  constexpr int per_thread = spindle::testing::under_tsan ? 200 : 1000;
   std::atomic<int> runs{0};
   std::atomic<bool> ran_outside_tick{false};
   std::vector<std::vector<spindle::join_handle<void>>> handles(threads);

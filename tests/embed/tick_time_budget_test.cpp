@@ -40,7 +40,7 @@ spindle::task<bool> busy(std::atomic<bool>& stop) {
 }
 
 // Counts large enough never to end a tick here: only the time budget can.
-constexpr spindle::embed::embedded_options time_bound_only{
+const spindle::embed::embedded_options time_bound_only{
     .tasks_per_tick = 1'000'000, .tasks_per_execute_phase = 1'000'000, .time_per_tick = 1ms};
 
 TEST(TickTimeBudget, ATickWithATinyTimeBudgetReturnsBesideBusyTasks) {

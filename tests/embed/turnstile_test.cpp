@@ -148,13 +148,13 @@ TEST(Turnstile, ConcurrentWakersWhileTheHostTicksNeverPollMoreThanWakesPlusOne) 
   test_host host;
   embedded_executor executor(host);
   constexpr int threads = 3;
-  const int per_thread = spindle::testing::under_tsan ? 200 : 2000;
+  constexpr int per_thread = spindle::testing::under_tsan ? 200 : 2000;
   wake_source source;
   source.ready_after = threads * per_thread;
   auto h = executor.spawn(poll_until_ready(source));
   std::vector<std::thread> wakers;
   for (int t = 0; t < threads; ++t) {
-    wakers.emplace_back([&source, per_thread] {
+    wakers.emplace_back([&source] {
       for (int i = 0; i < per_thread; ++i) source.wake_once();
     });
   }
@@ -350,13 +350,13 @@ TEST(Turnstile, OnARuntimeBecomesReadyAfterWakesFromAnotherThread) {
 TEST(Turnstile, OnARuntimeConcurrentWakersNeverPollMoreThanWakesPlusOne) {
   spindle::runtime rt({.workers = 2});
   constexpr int threads = 3;
-  const int per_thread = spindle::testing::under_tsan ? 200 : 2000;
+  constexpr int per_thread = spindle::testing::under_tsan ? 200 : 2000;
   wake_source source;
   source.ready_after = threads * per_thread;
   auto h = rt.spawn(poll_until_ready(source));
   std::vector<std::thread> wakers;
   for (int t = 0; t < threads; ++t) {
-    wakers.emplace_back([&source, per_thread] {
+    wakers.emplace_back([&source] {
       for (int i = 0; i < per_thread; ++i) source.wake_once();
     });
   }

@@ -93,7 +93,7 @@ long status_kb(const std::string& field) {
 
 TEST(ForkStress, FibWithAForkAtEveryCallInBoundedMemory) {
   const auto counters = spindle::fork_statistics();
-  const int n = pick(36, 33, 30);
+  constexpr int n = pick(36, 33, 30);
   const std::uint64_t expected = fib_serial(n);
   for (std::uint32_t workers : {2u, 4u}) {
     spindle::runtime rt(forking(workers));
@@ -103,7 +103,7 @@ TEST(ForkStress, FibWithAForkAtEveryCallInBoundedMemory) {
     { std::ofstream("/proc/self/clear_refs") << "5"; }
     const long before = status_kb("VmRSS");
     const auto stats = spindle::fork_statistics();
-    EXPECT_EQ(spindle::run_on(rt, [n] { return fib_fork(n); }), expected) << workers << " workers";
+    EXPECT_EQ(spindle::run_on(rt, [] { return fib_fork(n); }), expected) << workers << " workers";
     const long peak = status_kb("VmHWM");
     EXPECT_GT(spindle::fork_statistics().delegated, stats.delegated) << "nothing was stolen";
     std::printf("fib(%d) on %u workers: RSS before %ld kB, peak %ld kB\n", n, workers, before,

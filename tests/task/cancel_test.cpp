@@ -286,7 +286,10 @@ spindle::task<void> join_chain(frame_counter, int depth, std::atomic<int>& destr
                                std::atomic<bool>& bottom_running) {
   if (depth == 0) {
     bottom_running.store(true, std::memory_order_release);
-    while (true) co_await spindle::yield_now();
+    // Until shutdown destroys the frame (the flag is never cleared; testing it keeps clang from
+    // reading the recursion below as the only way out).
+    while (bottom_running.load(std::memory_order_relaxed)) co_await spindle::yield_now();
+    co_return;
   }
   co_await spindle::spawn(join_chain(frame_counter(destroyed), depth - 1, destroyed, bottom_running));
 }
