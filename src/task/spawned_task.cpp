@@ -96,8 +96,7 @@ bool spawned_task_base::begin_registration() noexcept {
   lock();
   // relaxed: the lock's acquire orders us after any canceller that set the flag under it.
   // Shielded (tidy destructors running): the request waits, the wait goes ahead.
-  if ((flags_.load(std::memory_order_relaxed) & (cancel_requested | shielded)) ==
-      cancel_requested) {
+  if (cancelling(flags_.load(std::memory_order_relaxed))) {
     unlock();
     return false;
   }
@@ -117,12 +116,17 @@ void spawned_task_base::clear_wait() noexcept {
 
 void spawned_task_base::request_cancel() noexcept {
   lock();
-  const std::uint32_t previous = flags_.fetch_or(cancel_requested, std::memory_order_relaxed);
   // relaxed: the lock orders it; readers outside the lock only use it as a hint.
+  interrupt_wait_and_unlock(flags_.fetch_or(cancel_requested, std::memory_order_relaxed));
+}
+
+void spawned_task_base::interrupt_wait_and_unlock(std::uint32_t previous) noexcept {
   cancellable_wait* wait = wait_;
   bool interrupted = false;
   task_host::entry entry = task_host::entry::own_thread;
-  if ((previous & (cancel_requested | complete | shielded)) == 0 && wait != nullptr) {
+  // A registered wait exists only while no cancel bit was set (begin_registration refuses).
+  if ((previous & (cancel_requested | scope_cancelled | complete | shielded)) == 0 &&
+      wait != nullptr) {
     // Enter the host first, under our lock (the task cannot be abandoned meanwhile): a canceller
     // outside it wakes after unlocking, when a shutdown could otherwise destroy the task and the
     // host (the gate, task_host.hpp). Refused: the shutdown ends the task; leave the wait alone.
@@ -136,6 +140,49 @@ void spawned_task_base::request_cancel() noexcept {
   unlock();
   if (interrupted) wake();
   if (entry == task_host::entry::entered) host->leave();
+}
+
+void spawned_task_base::enter_scope(cancellation_scope& scope) noexcept {
+  lock();
+  scope.outer = scopes_;
+  scope.fired = false;
+  scopes_ = &scope;
+  unlock();
+  scope.listed = true;
+}
+
+bool spawned_task_base::leave_scope(cancellation_scope& scope) noexcept {
+  if (!scope.listed) return false;
+  scope.listed = false;
+  lock();
+  // Usually the innermost; a frame destroyed while suspended may unlist an outer one first.
+  bool others_fired = false;
+  for (cancellation_scope** link = &scopes_; *link != nullptr;) {
+    if (*link == &scope) {
+      *link = scope.outer;
+    } else {
+      others_fired = others_fired || (*link)->fired;
+      link = &(*link)->outer;
+    }
+  }
+  // relaxed: under the lock; the running task reads its own write.
+  if (!others_fired) flags_.fetch_and(~std::uint32_t(scope_cancelled), std::memory_order_relaxed);
+  const bool fired = scope.fired;
+  unlock();
+  return fired;
+}
+
+void spawned_task_base::cancel_scope(const void* key) noexcept {
+  lock();
+  cancellation_scope* scope = scopes_;
+  while (scope != nullptr && scope->key != key) scope = scope->outer;
+  if (scope == nullptr || scope->fired) {
+    unlock();  // its scope has ended (the awaited operation completed first): nothing to do
+    return;
+  }
+  scope->fired = true;
+  // relaxed: the lock orders it, as for cancel_requested.
+  interrupt_wait_and_unlock(flags_.fetch_or(scope_cancelled, std::memory_order_relaxed));
 }
 
 task_status spawned_task_base::status() const noexcept {
