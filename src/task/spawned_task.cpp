@@ -116,6 +116,19 @@ void spawned_task_base::clear_wait() noexcept {
 
 void spawned_task_base::request_cancel() noexcept {
   lock();
+  // A stop source (a token was asked for, task/stop_token.hpp) is stopped before the flag is
+  // set, so a task that meets its cancellation finds its token stopped; outside the lock, as
+  // stop callbacks may do anything (cancel this task again, take other locks).
+  std::stop_source stop(std::nostopstate);
+  // relaxed: under the lock.
+  if (stop_source_ != nullptr && (flags_.load(std::memory_order_relaxed) & cancel_requested) == 0) {
+    stop = *stop_source_;
+    unlock();
+    stop.request_stop();
+    lock();
+  }
+  // Without a source, the lock is held from the check above to here, so a source the task
+  // makes now sees the flag and stops itself (stop_token()).
   // relaxed: the lock orders it; readers outside the lock only use it as a hint.
   interrupt_wait_and_unlock(flags_.fetch_or(cancel_requested, std::memory_order_relaxed));
 }
@@ -140,6 +153,24 @@ void spawned_task_base::interrupt_wait_and_unlock(std::uint32_t previous) noexce
   unlock();
   if (interrupted) wake();
   if (entry == task_host::entry::entered) host->leave();
+}
+
+std::stop_token spawned_task_base::stop_token() {
+  // Only the running task writes stop_source_, so it may read it without the lock.
+  if (stop_source_ == nullptr) {
+    auto* made = new std::stop_source();  // allocated outside the spin lock (may throw)
+    lock();
+    stop_source_ = made;  // published to cancellers by the lock
+    unlock();
+  }
+  lock();
+  std::stop_source source = *stop_source_;
+  // relaxed: under the lock, which orders us after any canceller that set the flag.
+  const bool cancelled = (flags_.load(std::memory_order_relaxed) & cancel_requested) != 0;
+  unlock();
+  // Requested before the token existed: stop now (request_cancel found no source to stop).
+  if (cancelled) source.request_stop();
+  return source.get_token();
 }
 
 void spawned_task_base::enter_scope(cancellation_scope& scope) noexcept {
@@ -337,14 +368,21 @@ void spawned_task_base::destroy_extras() noexcept {
   delete std::exchange(extras_, nullptr);
 }
 
-spawned_task_base::~spawned_task_base() { destroy_extras(); }
+spawned_task_base::~spawned_task_base() {
+  destroy_extras();
+  delete stop_source_;
+}
 
 void spawned_task_base::abandon() noexcept {
   // Make a concurrent cancel() a no-op first: `wait_` points into the frames about to go (S3).
   lock();
-  flags_.fetch_or(cancel_requested, std::memory_order_relaxed);  // relaxed: under the lock
+  const std::uint32_t previous =
+      flags_.fetch_or(cancel_requested, std::memory_order_relaxed);  // relaxed: under the lock
   wait_ = nullptr;
+  std::stop_source stop(std::nostopstate);
+  if (stop_source_ != nullptr && (previous & cancel_requested) == 0) stop = *stop_source_;
   unlock();
+  if (stop.stop_possible()) stop.request_stop();  // as request_cancel: outside the lock
   // Destroy the frames (their destructors may unregister from primitives), then complete. The
   // clean-ups do not run: nothing is left to run them on (tidy.hpp).
   destroy_frame_(this);

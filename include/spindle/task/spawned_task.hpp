@@ -56,6 +56,7 @@
 #include <coroutine>
 #include <cstdint>
 #include <exception>
+#include <stop_token>
 #include <string_view>
 
 #include "spindle/core/atomic.hpp"
@@ -194,6 +195,9 @@ class spawned_task_base : public core::runnable {
   void request_cancel() noexcept;
   // Fires the listed scope whose key is `key` (S6); nothing if none is. Caller holds a reference.
   void cancel_scope(const void* key) noexcept;
+  // The task's cancellation as a std::stop_token (task/stop_token.hpp); made on the first call,
+  // by the running task. Throws bad_alloc only.
+  std::stop_token stop_token();
   bool is_complete() const noexcept {
     // acquire: S1, the outcome is readable once complete is seen.
     return (flags_.load(std::memory_order_acquire) & complete) != 0;
@@ -290,6 +294,7 @@ class spawned_task_base : public core::runnable {
   std::coroutine_handle<> resume_point_;
   cancellable_wait* wait_ = nullptr;        // guarded by the lock bit (S3)
   cancellation_scope* scopes_ = nullptr;    // guarded by the lock bit (S6)
+  std::stop_source* stop_source_ = nullptr; // guarded by the lock bit; see task/stop_token.hpp
   completion_waker* joiner_ = nullptr;      // S2
   destroy_function destroy_;
   frame_function destroy_frame_;
