@@ -8,6 +8,8 @@
 #include "spindle/task/runtime.hpp"
 #include "spindle/task/task.hpp"
 #include "spindle/task/join_set.hpp"
+#include "spindle/task/when.hpp"
+#include "spindle/task/stop_token.hpp"
 #include "spindle/task/tidy.hpp"
 #include "spindle/task/task_slot.hpp"
 #include "spindle/task/named_tasks.hpp"

@@ -96,8 +96,7 @@ bool spawned_task_base::begin_registration() noexcept {
   lock();
   // relaxed: the lock's acquire orders us after any canceller that set the flag under it.
   // Shielded (tidy destructors running): the request waits, the wait goes ahead.
-  if ((flags_.load(std::memory_order_relaxed) & (cancel_requested | shielded)) ==
-      cancel_requested) {
+  if (cancelling(flags_.load(std::memory_order_relaxed))) {
     unlock();
     return false;
   }
@@ -117,12 +116,30 @@ void spawned_task_base::clear_wait() noexcept {
 
 void spawned_task_base::request_cancel() noexcept {
   lock();
-  const std::uint32_t previous = flags_.fetch_or(cancel_requested, std::memory_order_relaxed);
+  // A stop source (a token was asked for, task/stop_token.hpp) is stopped before the flag is
+  // set, so a task that meets its cancellation finds its token stopped; outside the lock, as
+  // stop callbacks may do anything (cancel this task again, take other locks).
+  std::stop_source stop(std::nostopstate);
+  // relaxed: under the lock.
+  if (stop_source_ != nullptr && (flags_.load(std::memory_order_relaxed) & cancel_requested) == 0) {
+    stop = *stop_source_;
+    unlock();
+    stop.request_stop();
+    lock();
+  }
+  // Without a source, the lock is held from the check above to here, so a source the task
+  // makes now sees the flag and stops itself (stop_token()).
   // relaxed: the lock orders it; readers outside the lock only use it as a hint.
+  interrupt_wait_and_unlock(flags_.fetch_or(cancel_requested, std::memory_order_relaxed));
+}
+
+void spawned_task_base::interrupt_wait_and_unlock(std::uint32_t previous) noexcept {
   cancellable_wait* wait = wait_;
   bool interrupted = false;
   task_host::entry entry = task_host::entry::own_thread;
-  if ((previous & (cancel_requested | complete | shielded)) == 0 && wait != nullptr) {
+  // A registered wait exists only while no cancel bit was set (begin_registration refuses).
+  if ((previous & (cancel_requested | scope_cancelled | complete | shielded)) == 0 &&
+      wait != nullptr) {
     // Enter the host first, under our lock (the task cannot be abandoned meanwhile): a canceller
     // outside it wakes after unlocking, when a shutdown could otherwise destroy the task and the
     // host (the gate, task_host.hpp). Refused: the shutdown ends the task; leave the wait alone.
@@ -136,6 +153,67 @@ void spawned_task_base::request_cancel() noexcept {
   unlock();
   if (interrupted) wake();
   if (entry == task_host::entry::entered) host->leave();
+}
+
+std::stop_token spawned_task_base::stop_token() {
+  // Only the running task writes stop_source_, so it may read it without the lock.
+  if (stop_source_ == nullptr) {
+    auto* made = new std::stop_source();  // allocated outside the spin lock (may throw)
+    lock();
+    stop_source_ = made;  // published to cancellers by the lock
+    unlock();
+  }
+  lock();
+  std::stop_source source = *stop_source_;
+  // relaxed: under the lock, which orders us after any canceller that set the flag.
+  const bool cancelled = (flags_.load(std::memory_order_relaxed) & cancel_requested) != 0;
+  unlock();
+  // Requested before the token existed: stop now (request_cancel found no source to stop).
+  if (cancelled) source.request_stop();
+  return source.get_token();
+}
+
+void spawned_task_base::enter_scope(cancellation_scope& scope) noexcept {
+  lock();
+  scope.outer = scopes_;
+  scope.fired = false;
+  scopes_ = &scope;
+  unlock();
+  scope.listed = true;
+}
+
+bool spawned_task_base::leave_scope(cancellation_scope& scope) noexcept {
+  if (!scope.listed) return false;
+  scope.listed = false;
+  lock();
+  // Usually the innermost; a frame destroyed while suspended may unlist an outer one first.
+  bool others_fired = false;
+  for (cancellation_scope** link = &scopes_; *link != nullptr;) {
+    if (*link == &scope) {
+      *link = scope.outer;
+    } else {
+      others_fired = others_fired || (*link)->fired;
+      link = &(*link)->outer;
+    }
+  }
+  // relaxed: under the lock; the running task reads its own write.
+  if (!others_fired) flags_.fetch_and(~std::uint32_t(scope_cancelled), std::memory_order_relaxed);
+  const bool fired = scope.fired;
+  unlock();
+  return fired;
+}
+
+void spawned_task_base::cancel_scope(const void* key) noexcept {
+  lock();
+  cancellation_scope* scope = scopes_;
+  while (scope != nullptr && scope->key != key) scope = scope->outer;
+  if (scope == nullptr || scope->fired) {
+    unlock();  // its scope has ended (the awaited operation completed first): nothing to do
+    return;
+  }
+  scope->fired = true;
+  // relaxed: the lock orders it, as for cancel_requested.
+  interrupt_wait_and_unlock(flags_.fetch_or(scope_cancelled, std::memory_order_relaxed));
 }
 
 task_status spawned_task_base::status() const noexcept {
@@ -290,14 +368,21 @@ void spawned_task_base::destroy_extras() noexcept {
   delete std::exchange(extras_, nullptr);
 }
 
-spawned_task_base::~spawned_task_base() { destroy_extras(); }
+spawned_task_base::~spawned_task_base() {
+  destroy_extras();
+  delete stop_source_;
+}
 
 void spawned_task_base::abandon() noexcept {
   // Make a concurrent cancel() a no-op first: `wait_` points into the frames about to go (S3).
   lock();
-  flags_.fetch_or(cancel_requested, std::memory_order_relaxed);  // relaxed: under the lock
+  const std::uint32_t previous =
+      flags_.fetch_or(cancel_requested, std::memory_order_relaxed);  // relaxed: under the lock
   wait_ = nullptr;
+  std::stop_source stop(std::nostopstate);
+  if (stop_source_ != nullptr && (previous & cancel_requested) == 0) stop = *stop_source_;
   unlock();
+  if (stop.stop_possible()) stop.request_stop();  // as request_cancel: outside the lock
   // Destroy the frames (their destructors may unregister from primitives), then complete. The
   // clean-ups do not run: nothing is left to run them on (tidy.hpp).
   destroy_frame_(this);

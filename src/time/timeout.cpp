@@ -1,9 +1,11 @@
-// timeout_signal: the deferred "cancel the child" of with_timeout. Design and the reason for the
-// deferral (no request_cancel under a timer service lock) in include/spindle/time/timeout.hpp.
+// timeout_signal: the deferred "cancel the child" of with_timeout over a task, and the deferred
+// "fire the scope" of with_timeout over any other awaitable. Design and the reason for the
+// deferral (no cancellation under a timer service lock) in include/spindle/time/timeout.hpp.
 #include "spindle/time/timeout.hpp"
 
 #include <atomic>
 
+#include "spindle/core/frame_allocator.hpp"
 #include "spindle/core/timer_wheel.hpp"
 
 namespace spindle::detail {
@@ -12,12 +14,19 @@ class timeout_signal final : public core::runnable {
  public:
   timeout_signal() noexcept : core::runnable(&table), entry_(*this) {}
 
-  void arm(spawned_task_base& child, clock_time deadline) noexcept {
+  // Allocated like a frame: a scope's signal is made and freed on every with_timeout that waits.
+  static void* operator new(std::size_t size) { return core::allocate_frame(size); }
+  static void operator delete(void* pointer) noexcept { core::deallocate_frame(pointer); }
+
+  // scope_mode: on firing, fire the scope keyed by this signal in `child` (then the running
+  // task itself) instead of requesting the child's cancellation.
+  void arm(spawned_task_base& child, clock_time deadline, bool scope_mode = false) noexcept {
     // The caller's host and timers: the runtime and this worker's wheel, or an embedded
     // executor and its own.
     task_host& host = spawned_task_base::current()->host();
     child.add_reference();
     child_ = &child;
+    scope_mode_ = scope_mode;
     service_ = host.timers_here();
     scheduler_ = &host;
     armed_ = true;
@@ -61,7 +70,11 @@ class timeout_signal final : public core::runnable {
   }
   static void run_entry(core::runnable* r) noexcept {
     auto* self = static_cast<timeout_signal*>(r);
-    self->child_->request_cancel();  // a no-op if the child has completed meanwhile
+    if (self->scope_mode_) {
+      self->child_->cancel_scope(self);  // a no-op if the scope has ended meanwhile (S6)
+    } else {
+      self->child_->request_cancel();  // a no-op if the child has completed meanwhile
+    }
     self->release();
   }
   static void drop_entry(core::runnable* r) noexcept {
@@ -76,6 +89,7 @@ class timeout_signal final : public core::runnable {
   core::scheduler* scheduler_ = nullptr;  // the caller's host: runs the deferred cancel
   std::atomic<std::uint32_t> references_{1};  // the parent's guard (+1 while queued)
   bool armed_ = false;  // parent-side
+  bool scope_mode_ = false;  // written before arming (published by the service lock)
   bool fired_ = false;  // written under the service lock by on_fire
 };
 
@@ -91,5 +105,23 @@ void timeout_guard::arm(spawned_task_base& child, clock_time deadline) noexcept 
 }
 
 bool timeout_guard::stop() noexcept { return signal_->stop(); }
+
+void deadline_scope::enter(spawned_task_base& task, clock_time deadline) {
+  signal_ = new timeout_signal();  // the only step that can fail: nothing is listed yet
+  task_ = &task;
+  scope_.key = signal_;
+  task.enter_scope(scope_);
+  signal_->arm(task, deadline, /*scope_mode=*/true);
+}
+
+bool deadline_scope::leave() noexcept {
+  if (signal_ == nullptr) return false;
+  // Disarm first: once the scope is unlisted a late signal finds nothing (S6); the order only
+  // saves the late signal's run when the timer had not fired.
+  signal_->stop();
+  const bool fired = task_->leave_scope(scope_);
+  std::exchange(signal_, nullptr)->release();
+  return fired;
+}
 
 }  // namespace spindle::detail

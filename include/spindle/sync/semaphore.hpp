@@ -5,6 +5,11 @@
 //   ...
 //   slots.release();               // from anywhere (a task or a plain thread)
 //
+//   {
+//     spindle::semaphore::permit held = co_await slots.acquire_permit();
+//     ...                          // may itself co_await
+//   }                              // held.~permit() releases it
+//
 // Design
 //   State, under the primitive lock (a stripe, see sync/wait_queue.hpp): `available_` permits
 //   and the FIFO `waiters_` of suspended acquire() calls. Invariant: waiters are queued only
@@ -19,12 +24,18 @@
 //   permit. One woken with a permit keeps it.
 //   Destruction: fine without waiters; queued tasks are woken with task_cancelled. A frame
 //   destroyed after being handed a permit but before resuming releases it again.
+//   Permit guard: acquire_permit() is acquire() whose await resumes with a `permit` owning the
+//   permit it took (as mutex::lock() resumes with a guard); the permit releases it when
+//   destroyed, or earlier by release(); forget() gives it up without releasing (the count
+//   stays lower, as tokio's SemaphorePermit::forget). Movable (ownership moves with it, to
+//   another task too), not copyable. The semaphore must outlive its permits.
 #pragma once
 
 #include <coroutine>
 #include <cstddef>
 #include <limits>
 #include <mutex>
+#include <utility>
 
 #include "spindle/core/errors.hpp"
 #include "spindle/sync/wait_queue.hpp"
@@ -34,6 +45,44 @@ namespace spindle {
 class semaphore {
  public:
   static constexpr std::size_t max_permits = std::numeric_limits<std::size_t>::max() / 2;
+
+  // One owned permit: released on destruction (see "Permit guard" above).
+  class [[nodiscard]] permit {
+   public:
+    permit() noexcept = default;
+    permit(semaphore& s, std::adopt_lock_t) noexcept : semaphore_(&s) {}
+    permit(permit&& other) noexcept : semaphore_(std::exchange(other.semaphore_, nullptr)) {}
+    permit& operator=(permit&& other) noexcept {
+      if (this != &other) {
+        reset();
+        semaphore_ = std::exchange(other.semaphore_, nullptr);
+      }
+      return *this;
+    }
+    permit(const permit&) = delete;
+    permit& operator=(const permit&) = delete;
+    ~permit() { reset(); }
+
+    bool owns_permit() const noexcept { return semaphore_ != nullptr; }
+    explicit operator bool() const noexcept { return owns_permit(); }
+    semaphore* get() const noexcept { return semaphore_; }
+    // Releases the permit now; the guard becomes empty. usage_error if it owns nothing.
+    void release() {
+      if (semaphore_ == nullptr) {
+        throw usage_error("spindle: semaphore::permit::release on an empty permit");
+      }
+      std::exchange(semaphore_, nullptr)->release_noexcept(1);
+    }
+    // Gives the permit up without releasing it: the semaphore keeps one permit fewer.
+    semaphore* forget() noexcept { return std::exchange(semaphore_, nullptr); }
+
+   private:
+    void reset() noexcept {
+      // An owned permit was taken from the count, so giving it back cannot exceed max_permits.
+      if (semaphore_ != nullptr) std::exchange(semaphore_, nullptr)->release_noexcept(1);
+    }
+    semaphore* semaphore_ = nullptr;
+  };
 
   class [[nodiscard]] acquire_awaiter final : private detail::sync_waiter {
    public:
@@ -62,6 +111,22 @@ class semaphore {
     semaphore& semaphore_;
   };
 
+  // acquire() whose await resumes with the permit it took.
+  class [[nodiscard]] permit_awaiter {
+   public:
+    explicit permit_awaiter(semaphore& s) noexcept : semaphore_(s), acquire_(s) {}
+    bool await_ready() { return acquire_.await_ready(); }
+    bool await_suspend(std::coroutine_handle<> h) { return acquire_.await_suspend(h); }
+    permit await_resume() {
+      acquire_.await_resume();
+      return permit(semaphore_, std::adopt_lock);
+    }
+
+   private:
+    semaphore& semaphore_;
+    acquire_awaiter acquire_;  // gives a permit back if the frame goes before resuming
+  };
+
   explicit semaphore(std::size_t initial_permits) : available_(initial_permits) {
     if (initial_permits > max_permits) throw usage_error("spindle: semaphore count too large");
   }
@@ -75,6 +140,12 @@ class semaphore {
 
   // co_await s.acquire(): takes one permit. Inside a spawned task only.
   acquire_awaiter acquire() noexcept { return acquire_awaiter(*this); }
+  // co_await s.acquire_permit() -> permit: acquire() with a guard. Inside a spawned task only.
+  permit_awaiter acquire_permit() noexcept { return permit_awaiter(*this); }
+  // A permit if one is free now (never overtakes a queued task), else an empty one.
+  permit try_acquire_permit() noexcept {
+    return try_acquire() ? permit(*this, std::adopt_lock) : permit();
+  }
   bool try_acquire() noexcept {
     std::lock_guard guard(state_lock());
     if (available_ == 0) return false;

@@ -3,6 +3,7 @@
 // shared protocol in sync/wait_queue.hpp; design notes in docs/design/sync.md.
 #pragma once
 
+#include "spindle/sync/broadcast.hpp"
 #include "spindle/sync/channel.hpp"
 #include "spindle/sync/event.hpp"
 #include "spindle/sync/mutex.hpp"

@@ -4,6 +4,8 @@
 //   for (int i = 0; i < n; ++i) set.spawn(work(i));
 //   while (std::optional<int> v = co_await set.next()) use(*v);   // completion order
 //   // or: std::vector<int> all = co_await set.join_all();
+//   // or, knowing which child each outcome came from (spawn returns its task_id):
+//   while (auto done = co_await set.next_with_id()) use(done->id, done->get());
 //
 // Design (docs/design/time.md, "join_set")
 //   Participants: the owner (the task holding the set: spawn, next, cancel_all, destruction),
@@ -38,6 +40,11 @@
 //     finish unwinding on their own. Children must therefore not use objects of the owner's
 //     frame, or the owner should `co_await set.shutdown()` first: it cancels every child and
 //     waits for all of them, even if the owner is being cancelled.
+//   - next_with_id(): as next(), but resumes with a joined_child: the child's id (the task_id
+//     spawn() returned, as Tokio's join_next_with_id), its status and its outcome, which get()
+//     returns or rethrows. A failed or cancelled child is handed out like a value, with its
+//     id: nothing is thrown until get(). Still throws task_cancelled if the owner itself is
+//     cancelled while waiting.
 //   - size(): children spawned and not yet handed out by next().
 //   - A set belongs to one task: spawn/next/cancel_all from one task at a time. spawn() works on
 //     a runtime worker (the current runtime) or anywhere with spawn(runtime&, task).
@@ -47,6 +54,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <type_traits>
@@ -167,6 +175,29 @@ class join_set_core {
 
 }  // namespace detail
 
+// One child's outcome as join_set::next_with_id() hands it out: which child, and how it ended.
+template <class T>
+class joined_child {
+ public:
+  using value_holder = std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>;
+
+  joined_child(task_id id, task_status status, value_holder value, std::exception_ptr error)
+      : id(id), status(status), value_(std::move(value)), error_(std::move(error)) {}
+
+  task_id id;          // as spawn() returned it
+  task_status status;  // completed, failed or cancelled
+
+  // The child's value; its exception rethrown (failed); task_cancelled (cancelled).
+  T get() {
+    if (error_) std::rethrow_exception(error_);
+    if constexpr (!std::is_void_v<T>) return std::move(*value_);
+  }
+
+ private:
+  value_holder value_;
+  std::exception_ptr error_;
+};
+
 template <class T>
 class join_set {
   static_assert(!std::is_reference_v<T>, "spindle::join_set<T&> is not supported");
@@ -191,14 +222,16 @@ class join_set {
   // Cancels every child still running (structured cancellation), without waiting.
   ~join_set() { close(); }
 
-  // Spawns `body` on the current runtime (on a worker) / on `rt` (anywhere).
-  void spawn(task<T> body, spawn_location where = spawn_location::current()) {
-    spawn_into(detail::current_host_or_throw(
-                   "spindle: join_set::spawn(task) outside a task or worker; pass the runtime"),
-               std::move(body), where);
+  // Spawns `body` on the current runtime (on a worker) / on `rt` (anywhere). Returns the
+  // child's id, which next_with_id() hands back with its outcome.
+  task_id spawn(task<T> body, spawn_location where = spawn_location::current()) {
+    return spawn_into(
+        detail::current_host_or_throw(
+            "spindle: join_set::spawn(task) outside a task or worker; pass the runtime"),
+        std::move(body), where);
   }
-  void spawn(runtime& rt, task<T> body, spawn_location where = spawn_location::current()) {
-    spawn_into(detail::state_of(rt), std::move(body), where);
+  task_id spawn(runtime& rt, task<T> body, spawn_location where = spawn_location::current()) {
+    return spawn_into(detail::state_of(rt), std::move(body), where);
   }
 
   std::size_t size() const noexcept { return size_; }
@@ -238,6 +271,42 @@ class join_set {
 
   // The next child to complete (see the design comment). A cancellation point.
   next_awaiter next() { return next_awaiter(*this); }
+
+  class [[nodiscard]] next_with_id_awaiter : public detail::join_set_core::next_wait {
+   public:
+    explicit next_with_id_awaiter(join_set& owner)
+        : next_wait(*owner.checked_core(), detail::join_set_core::mode::next_child),
+          owner_(owner) {}
+    std::optional<joined_child<T>> await_resume() {
+      detail::join_set_child* child = next_wait::await_resume();
+      if (child == nullptr) return std::nullopt;
+      --owner_.size_;
+      detail::join_set_child_release release{child};
+      auto* typed = static_cast<detail::spawned_task<T>*>(child->task);
+      const task_id id = typed->id();
+      // As in next(): the child is complete, its outcome published.
+      const task_status status = typed->status();
+      if (status == task_status::cancelled) {
+        return joined_child<T>(id, status, {}, std::make_exception_ptr(task_cancelled()));
+      }
+      try {
+        if constexpr (std::is_void_v<T>) {
+          typed->take_result();
+          return joined_child<T>(id, status, true, nullptr);
+        } else {
+          return joined_child<T>(id, status, typed->take_result(), nullptr);
+        }
+      } catch (...) {
+        return joined_child<T>(id, status, {}, std::current_exception());
+      }
+    }
+
+   private:
+    join_set& owner_;
+  };
+
+  // As next(), with which child it was (see the design comment). A cancellation point.
+  next_with_id_awaiter next_with_id() { return next_with_id_awaiter(*this); }
 
   // Every remaining child's value in completion order (void: just waits for all).
   // (The loops take the co_await out of the loop condition: g++ 12.2 miscompiles
@@ -287,7 +356,7 @@ class join_set {
     if (core_ == nullptr) throw usage_error("spindle: join_set used after being moved from");
     return core_;
   }
-  void spawn_into(detail::task_host& state, task<T> body, const spawn_location& where) {
+  task_id spawn_into(detail::task_host& state, task<T> body, const spawn_location& where) {
     detail::join_set_core* core = checked_core();
     detail::host_entry entry(state);  // as for any spawn from outside (task/runtime.hpp)
     if (entry.refused()) throw runtime_stopped();
@@ -301,7 +370,9 @@ class join_set {
     }
     core->attach(child, *spawned);  // registers the joiner before the child can run
     ++size_;
+    const task_id id = spawned->id();  // before scheduling: then it may complete and go
     detail::schedule_prepared(state, spawned);
+    return id;
   }
   void close() noexcept {
     if (core_ != nullptr) std::exchange(core_, nullptr)->close();

@@ -33,6 +33,7 @@
 #include "spindle/core/runtime_core.hpp"
 #include "spindle/task/join_handle.hpp"
 #include "spindle/task/named_tasks.hpp"
+#include "spindle/task/stop_token.hpp"
 #include "spindle/task/task_host.hpp"
 #include "spindle/task/task.hpp"
 
@@ -167,6 +168,26 @@ join_handle<T> spawn_in(task_host& state, task<T> body, const spawn_location& wh
   return join_handle<T>(spawned);
 }
 
+// spawn_in, with a std::stop_token whose stop cancels the task (task/stop_token.hpp).
+template <class T>
+join_handle<T> spawn_stoppable_in(task_host& state, task<T> body, std::stop_token token,
+                                  const spawn_location& where) {
+  host_entry entry(state);
+  if (entry.refused()) throw runtime_stopped();
+  auto* spawned = prepare_spawn(state, std::move(body), where);
+  join_handle<T> handle(spawned);
+  try {
+    auto hook = std::make_unique<stop_request_hook>(*spawned, std::move(token));
+    spawned->add_completion_hook(hook.get());
+    hook.release();
+  } catch (...) {
+    cancel_prepared(state, spawned);
+    throw;
+  }
+  schedule_prepared(state, spawned);
+  return handle;
+}
+
 template <class T>
 inline constexpr bool is_task_v = false;
 template <class T>
@@ -198,6 +219,13 @@ class runtime {
   template <class T>
   join_handle<T> spawn(task<T> body, spawn_location where = spawn_location::current()) {
     return detail::spawn_in(*state_, std::move(body), where);
+  }
+  // As spawn(body), and the task is cancelled when `token`'s source requests stop (a token
+  // already stopped: it never runs). task/stop_token.hpp.
+  template <class T>
+  join_handle<T> spawn(task<T> body, std::stop_token token,
+                       spawn_location where = spawn_location::current()) {
+    return detail::spawn_stoppable_in(*state_, std::move(body), std::move(token), where);
   }
   // Spawns a plain callable as a task (its result, or exception, is the task's outcome).
   template <class F>
@@ -287,6 +315,14 @@ join_handle<T> spawn(task<T> body, spawn_location where = spawn_location::curren
   detail::task_host* host = detail::current_task_host();
   if (host == nullptr) throw usage_error("spindle::spawn called outside a task or runtime worker");
   return detail::spawn_in(*host, std::move(body), where);
+}
+// spawn(body), cancelled when `token`'s source requests stop (task/stop_token.hpp).
+template <class T>
+join_handle<T> spawn(task<T> body, std::stop_token token,
+                     spawn_location where = spawn_location::current()) {
+  detail::task_host* host = detail::current_task_host();
+  if (host == nullptr) throw usage_error("spindle::spawn called outside a task or runtime worker");
+  return detail::spawn_stoppable_in(*host, std::move(body), std::move(token), where);
 }
 
 // spawn() under a name (task/named_tasks.hpp).

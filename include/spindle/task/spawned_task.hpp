@@ -17,6 +17,8 @@
 //   locked           - spin lock bit guarding `wait` (the current cancellable wait)
 //   shielded         - the task runs its tidy destructors (T4): a cancellation is recorded but
 //                      neither interrupts a wait nor makes an await throw
+//   scope_cancelled  - a cancellation scope of the running task fired (S6): until that scope
+//                      ends, the task behaves as if cancel_requested were set
 // Invariants
 //   (S1) `outcome` and the root's result are written before `complete` is set (release), and
 //        read only after `complete` was observed (acquire).
@@ -37,6 +39,14 @@
 //        (core/outside_gate.hpp) before its CAS and leaves after the wake: the joiner's host
 //        cannot be destroying the joiner's frame between the CAS and the wake. Same-host joiners
 //        need nothing: a host's tasks complete on its own threads, or in its own shutdown.
+//   (S6) Cancellation scopes (with_timeout over an awaitable, time/timeout.hpp): the running
+//        task pushes a scope before an await and removes it after (or when the awaiter is
+//        destroyed); `scopes_` (a stack, innermost first) and each scope's `fired` are read and
+//        written only with `locked` held. cancel_scope(key) fires the listed scope whose key is
+//        `key`, if any: it sets `fired` and scope_cancelled and interrupts the current wait as
+//        request_cancel does. A key names one scope for the scope's whole life (the scope's
+//        timer signal, alive while it may fire), so a late signal whose scope has gone finds
+//        nothing. scope_cancelled is set iff some listed scope fired: leave_scope recomputes it.
 //
 // Lock order: task lock (locked bit) before any primitive's lock. Primitives never take a task
 // lock while holding their own: waking is scheduling, which takes no task lock.
@@ -46,6 +56,7 @@
 #include <coroutine>
 #include <cstdint>
 #include <exception>
+#include <stop_token>
 #include <string_view>
 
 #include "spindle/core/atomic.hpp"
@@ -88,6 +99,16 @@ struct completion_waker {
 enum class task_status { pending, completed, failed, cancelled };
 
 namespace detail {
+// A cancellation scope of a running task (S6): lives in the awaiter that entered it.
+struct cancellation_scope {
+  const void* key = nullptr;              // who may fire it (see S6)
+  cancellation_scope* outer = nullptr;    // guarded by the task lock
+  bool fired = false;                     // guarded by the task lock
+  bool listed = false;                    // owner-side: entered and not yet left
+};
+}  // namespace detail
+
+namespace detail {
 
 class spawned_task_base;
 // The task running on this thread (spawned_task_base::run_entry sets it).
@@ -103,6 +124,7 @@ class spawned_task_base : public core::runnable {
     locked = 1u << 3,
     shielded = 1u << 4,
     joiner_elsewhere = 1u << 5,
+    scope_cancelled = 1u << 6,
     // References live in the upper 16 bits of the same word, so completing and dropping the
     // running task's reference is one CAS.
     reference_shift = 16,
@@ -132,9 +154,17 @@ class spawned_task_base : public core::runnable {
   }
   bool cancellation_requested() const noexcept {
     // relaxed: a hint; an await that acts on it re-checks under the task lock.
-    return (flags_.load(std::memory_order_relaxed) & (cancel_requested | shielded)) ==
-           cancel_requested;
+    return cancelling(flags_.load(std::memory_order_relaxed));
   }
+  // Whether the task itself was asked to cancel (not only one of its scopes, S6).
+  bool task_cancel_requested() const noexcept {
+    // relaxed: read by the running task, which re-checks under the lock at its next wait.
+    return (flags_.load(std::memory_order_relaxed) & cancel_requested) != 0;
+  }
+  // Cancellation scopes (S6), on the thread running this task: enter before an await that the
+  // scope covers, leave after it; leave returns whether this scope fired.
+  void enter_scope(cancellation_scope& scope) noexcept;
+  bool leave_scope(cancellation_scope& scope) noexcept;
   // Begin a cancellable wait (S3): takes the task lock. Returns false (lock released) if
   // cancellation was already requested: the caller must not suspend and should throw
   // task_cancelled. Otherwise the caller registers with its primitive, then calls
@@ -163,6 +193,11 @@ class spawned_task_base : public core::runnable {
 
   // --- used by join handles, any thread -----------------------------------------------------
   void request_cancel() noexcept;
+  // Fires the listed scope whose key is `key` (S6); nothing if none is. Caller holds a reference.
+  void cancel_scope(const void* key) noexcept;
+  // The task's cancellation as a std::stop_token (task/stop_token.hpp); made on the first call,
+  // by the running task. Throws bad_alloc only.
+  std::stop_token stop_token();
   bool is_complete() const noexcept {
     // acquire: S1, the outcome is readable once complete is seen.
     return (flags_.load(std::memory_order_acquire) & complete) != 0;
@@ -239,6 +274,13 @@ class spawned_task_base : public core::runnable {
 
  private:
   static void run_entry(core::runnable* self) noexcept;
+  // Whether a flags word asks the running task to cancel (the task's or a scope's request,
+  // neither held back by the shield).
+  static bool cancelling(std::uint32_t flags) noexcept {
+    return (flags & shielded) == 0 && (flags & (cancel_requested | scope_cancelled)) != 0;
+  }
+  // Interrupts the registered wait, if any, after a cancel bit was set; lock held, released.
+  void interrupt_wait_and_unlock(std::uint32_t previous) noexcept;
   void complete_with(outcome_kind outcome) noexcept;
   void lock() noexcept;
   void unlock() noexcept;
@@ -251,6 +293,8 @@ class spawned_task_base : public core::runnable {
   task_host* host_;
   std::coroutine_handle<> resume_point_;
   cancellable_wait* wait_ = nullptr;        // guarded by the lock bit (S3)
+  cancellation_scope* scopes_ = nullptr;    // guarded by the lock bit (S6)
+  std::stop_source* stop_source_ = nullptr; // guarded by the lock bit; see task/stop_token.hpp
   completion_waker* joiner_ = nullptr;      // S2
   destroy_function destroy_;
   frame_function destroy_frame_;

@@ -2,8 +2,8 @@
 //
 //   spindle::now(), co_await spindle::sleep_for(d) / sleep_until(t)   - time/sleep.hpp
 //   spindle::interval, co_await iv.tick()                              - time/interval.hpp
-//   co_await spindle::with_timeout(d, t) / with_deadline(at, t),
-//   spindle::timeout_error                                             - time/timeout.hpp
+//   co_await spindle::with_timeout(d, t) / with_deadline(at, t), over a task<T> (a child) or
+//   any other awaitable (a cancellation scope, no child), spindle::timeout_error - time/timeout.hpp
 //
 // All of them read the runtime's clock (runtime_options::clock): with a manual_clock, time is
 // virtual and moves only when a test advances it.
