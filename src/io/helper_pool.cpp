@@ -31,8 +31,16 @@ class helper_pool {
     std::unique_lock lock(mutex_);
     queue_.push_back(std::move(job));
     if (idle_ == 0 && started_ < helper_threads) {
-      ++started_;
-      std::thread([this] { serve(); }).detach();
+      try {
+        std::thread([this] { serve(); }).detach();
+        ++started_;
+      } catch (...) {
+        // No thread (EAGAIN): the job waits for a running helper, or, with none, is refused.
+        if (started_ == 0) {
+          queue_.pop_back();
+          throw;
+        }
+      }
     } else {
       lock.unlock();
       ready_.notify_one();
@@ -52,6 +60,7 @@ class helper_pool {
         queue_.pop_front();
       }
       job->run();
+      job->mark_done();
       const std::uint64_t one = 1;
       [[maybe_unused]] const ssize_t written = ::write(job->done_fd(), &one, sizeof one);
     }
@@ -88,7 +97,8 @@ task<void> run_on_helper(std::shared_ptr<helper_job> job) {
     op.buffer = &value;
     op.length = sizeof value;
     const std::int32_t result = co_await submit_and_wait(op);
-    if (result == sizeof value) co_return;
+    if (result == sizeof value && job->is_done()) co_return;
+    if (result == sizeof value) continue;  // cannot happen: only the helper writes, after run()
     if (result == -EAGAIN) {
       core::io_operation ready{};
       ready.opcode = core::io_opcode::poll;
