@@ -28,6 +28,7 @@
 
 #include "spindle/core/trace.hpp"
 #include "spindle/diagnostics/trace_export.hpp"
+#include "spindle/net/net.hpp"
 #include "spindle/spindle.hpp"
 
 namespace spindle_bench {
@@ -603,6 +604,68 @@ measurement run_trace_events(long events, int) {
   return {on, events, events, 1};
 }
 
+// --- burst: small writes over TCP loopback, one sendmsg per burst or one send per message ----
+// A writer task sends N messages of burst_message_size bytes in bursts of burst_length, each
+// burst either as burst_length write_all calls (`burst`) or as one write_all over a buffer_list
+// (`burst-vectored`: one sendmsg); a reader task on the other end counts the bytes. Prints
+// mb_per_s= (payload megabytes per second). docs/design/io.md, "Vectored writes".
+constexpr std::size_t burst_message_size = 32;
+constexpr std::size_t burst_length = 32;
+
+spindle::task<long> burst_reader(spindle::net::tcp_stream stream) {
+  std::vector<std::byte> buffer(64 * 1024);
+  long total = 0;
+  for (;;) {
+    const std::size_t n = co_await stream.read(buffer);
+    if (n == 0) break;
+    total += long(n);
+  }
+  co_return total;
+}
+
+spindle::task<void> burst_writer(spindle::net::tcp_stream stream, long messages, bool vectored) {
+  std::vector<std::byte> payload(burst_message_size * burst_length, std::byte{'x'});
+  std::vector<std::span<const std::byte>> pieces;
+  for (std::size_t i = 0; i < burst_length; ++i) {
+    pieces.emplace_back(payload.data() + i * burst_message_size, burst_message_size);
+  }
+  for (long sent = 0; sent < messages; sent += long(burst_length)) {
+    const std::size_t count = std::size_t(std::min<long>(long(burst_length), messages - sent));
+    if (vectored) {
+      co_await stream.write_all(spindle::net::buffer_list(pieces.data(), count));
+    } else {
+      for (std::size_t i = 0; i < count; ++i) co_await stream.write_all(pieces[i]);
+    }
+  }
+  stream.shutdown(SHUT_WR);
+}
+
+spindle::task<long> burst_round(long messages, bool vectored) {
+  auto listener = spindle::net::tcp_listener::bind(spindle::net::endpoint::loopback_v4(0));
+  auto accepting = spindle::spawn(listener.accept());
+  spindle::net::tcp_stream client = co_await spindle::net::tcp_stream::connect(listener.local_endpoint());
+  spindle::net::tcp_stream server = co_await std::move(accepting);
+  client.set_no_delay(true);
+  auto reading = spindle::spawn(burst_reader(std::move(server)));
+  co_await burst_writer(std::move(client), messages, vectored);
+  co_return co_await std::move(reading);
+}
+
+measurement run_burst_with(long messages, int threads, bool vectored) {
+  spindle::runtime rt(bench_options(threads));
+  rt.block_on(burst_round(messages / 10, vectored));  // warm-up
+  const auto start = bench_clock::now();
+  const long bytes = rt.block_on(burst_round(messages, vectored));
+  const double seconds = seconds_since(start);
+  std::fprintf(stderr, "burst%s: %ld messages of %zu bytes, %.1f MB/s\n", vectored ? "-vectored" : "",
+               messages, burst_message_size, double(bytes) / seconds / 1e6);
+  return {seconds, bytes, messages * long(burst_message_size)};
+}
+measurement run_burst(long messages, int threads) { return run_burst_with(messages, threads, false); }
+measurement run_burst_vectored(long messages, int threads) {
+  return run_burst_with(messages, threads, true);
+}
+
 using workload_function = measurement (*)(long, int);
 
 struct workload {
@@ -627,6 +690,8 @@ const std::map<std::string, workload>& workloads() {
       {"dispatch-sequential", {&run_dispatch_sequential, 1000000}},
       {"snapshot", {&run_snapshot, 100000}},
       {"trace-events", {&run_trace_events, 10000000}},
+      {"burst", {&run_burst, 1000000}},
+      {"burst-vectored", {&run_burst_vectored, 1000000}},
   };
   return table;
 }

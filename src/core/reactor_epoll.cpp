@@ -136,6 +136,7 @@ direction direction_of(const io_operation* op) noexcept {
       return direction::poll;
     case io_opcode::fsync:
     case io_opcode::close:
+    case io_opcode::statx:
       return direction::none;
   }
   return direction::none;
@@ -476,6 +477,11 @@ class epoll_reactor final : public reactor {
       }
       case io_opcode::close:
         return -EINVAL;  // handled by close_now
+      case io_opcode::statx:
+        // Synchronous here, like the regular-file calls (io/directory.hpp sends a stat to a
+        // helper thread on this backend instead, so an executor never blocks on it).
+        return result_of(::statx(fd, op->path, op->flags, op->length,
+                                 static_cast<struct statx*>(op->buffer)));
     }
     return -EINVAL;
   }

@@ -47,6 +47,7 @@
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -333,6 +334,10 @@ class uring_reactor final : public reactor {
         break;
       case io_opcode::close:
         io_uring_prep_close(sqe, op->fd);
+        break;
+      case io_opcode::statx:
+        io_uring_prep_statx(sqe, op->fd, op->path, op->flags, op->length,
+                            static_cast<struct statx*>(op->buffer));
         break;
     }
   }

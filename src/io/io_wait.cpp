@@ -15,9 +15,23 @@ core::reactor& current_reactor() {
   return e->io();
 }
 
+clock_time current_time() {
+  core::executor* e = core::executor::current();
+  if (e == nullptr) throw usage_error("spindle: I/O needs a task running on a runtime worker");
+  return e->timers().clock().now();
+}
+
 namespace detail {
 
 using ::spindle::detail::spawned_task_base;
+
+const core::runnable_vtable io_wait::expiry_vtable{&io_wait::run_expiry, &io_wait::drop_expiry};
+
+io_wait::deadline_part::timer_type::timer_type(io_wait& waiter) noexcept
+    : core::timer_entry(&io_wait::on_deadline), owner(waiter) {}
+
+io_wait::deadline_part::expiry_request::expiry_request(io_wait& waiter) noexcept
+    : runnable(&expiry_vtable), owner(waiter) {}
 
 const core::runnable_vtable io_wait::cancel_vtable{&io_wait::run_cancel, &io_wait::drop_cancel};
 
@@ -53,6 +67,16 @@ bool io_wait::await_suspend(std::coroutine_handle<> h) noexcept {
   core_ = &here.core();
   operation_.on_complete = &io_wait::on_complete;
   operation_.context = this;
+  if (deadline_ != nullptr) {
+    // Nothing has been published yet (the operation is not submitted, the timer not armed):
+    // relaxed is enough, the arm's lock and the submission order everything after it.
+    pending_.store(2, std::memory_order_relaxed);
+    deadline_->service = &here.timers();
+    // A fire before end_registration only posts the expiry request to this executor, which is
+    // busy here: it runs after the registration is complete. (arm only fails if the mutex
+    // does, which terminates, as for any noexcept path.)
+    deadline_->service->arm(deadline_->timer, deadline_->when);
+  }
   reactor_->submit(&operation_);
   // The completion runs on this thread, which is busy here: it cannot wake the task before the
   // registration is published.
@@ -68,6 +92,9 @@ std::int32_t io_wait::await_resume() {
   task_->clear_wait();
   task_ = nullptr;
   if (cancel_posted_ && operation_.result == -ECANCELED) throw task_cancelled();
+  if (deadline_ != nullptr && deadline_->expired && operation_.result == -ECANCELED) {
+    return deadline_expired;
+  }
   return operation_.result;
 }
 
@@ -92,7 +119,37 @@ bool io_wait::try_cancel() noexcept {
 void io_wait::on_complete(core::io_operation* operation) noexcept {
   auto* waiter = static_cast<io_wait*>(operation->context);
   waiter->completed_ = true;
-  waiter->release_one();
+  // With a deadline: a disarmed timer will never fire, so its count goes too; one that could
+  // not be disarmed has fired (its callback completed under the service lock) and its expiry
+  // request releases that count.
+  if (waiter->deadline_ != nullptr && waiter->deadline_->service->disarm(waiter->deadline_->timer)) {
+    waiter->release(2);
+  } else {
+    waiter->release_one();
+  }
+}
+
+void io_wait::on_deadline(core::timer_entry* entry) noexcept {
+  // Any thread, service lock held: only post (the completion cannot have released the timer's
+  // count, so the awaiter is alive until the request has run or been dropped).
+  io_wait& waiter = static_cast<deadline_part::timer_type*>(entry)->owner;
+  waiter.core_->schedule_on(waiter.executor_index_, &waiter.deadline_->expiry);
+}
+
+void io_wait::run_expiry(core::runnable* request) noexcept {
+  io_wait& waiter = static_cast<deadline_part::expiry_request*>(request)->owner;
+  // The reactor's owner thread, like the completion: `completed_` is stable here.
+  if (!waiter.completed_) {
+    waiter.deadline_->expired = true;
+    waiter.reactor_->cancel(reinterpret_cast<std::uintptr_t>(&waiter.operation_));
+  }
+  waiter.release_one();
+}
+
+void io_wait::drop_expiry(core::runnable* request) noexcept {
+  // Shutdown, as drop_cancel: only the count moves.
+  io_wait& waiter = static_cast<deadline_part::expiry_request*>(request)->owner;
+  waiter.pending_.fetch_sub(1, std::memory_order_acq_rel);  // acq_rel: as in release_one
 }
 
 void io_wait::run_cancel(core::runnable* request) noexcept {
@@ -111,9 +168,12 @@ void io_wait::drop_cancel(core::runnable* request) noexcept {
   waiter.pending_.fetch_sub(1, std::memory_order_acq_rel);  // acq_rel: as in release_one
 }
 
-void io_wait::release_one() noexcept {
-  // acq_rel: the last one to leave sees the other's writes (result, completed_) before waking.
-  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) task_->wake();
+void io_wait::release_one() noexcept { release(1); }
+
+void io_wait::release(std::uint32_t count) noexcept {
+  // acq_rel: the last one to leave sees the others' writes (result, completed_, expired) before
+  // waking.
+  if (pending_.fetch_sub(count, std::memory_order_acq_rel) == count) task_->wake();
 }
 
 }  // namespace detail

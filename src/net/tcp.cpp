@@ -15,6 +15,7 @@
 #include "spindle/task/cancellation.hpp"
 #include "spindle/time/sleep.hpp"
 #include "net/net_common.hpp"
+#include "net/stream_calls.hpp"
 
 namespace spindle::net {
 
@@ -189,6 +190,30 @@ task<void> tcp_stream::write_all(std::span<const std::byte> buffer) {
 }
 
 task<void> tcp_stream::write_all(std::string_view text) { co_await write_all(as_bytes(text)); }
+
+// With a deadline, and vectored: the shared stream calls (stream_calls.hpp). These forward
+// rather than await, so no extra coroutine frame is made.
+task<std::size_t> tcp_stream::read(std::span<std::byte> buffer, deadline limit) {
+  return detail::stream_read(fd_, buffer, limit);
+}
+task<void> tcp_stream::read_exact(std::span<std::byte> buffer, deadline limit) {
+  return detail::stream_read_exact(fd_, buffer, limit);
+}
+task<std::size_t> tcp_stream::write(std::span<const std::byte> buffer, deadline limit) {
+  return detail::stream_write(fd_, buffer, limit);
+}
+task<void> tcp_stream::write_all(std::span<const std::byte> buffer, deadline limit) {
+  return detail::stream_write_all(fd_, buffer, limit);
+}
+task<void> tcp_stream::write_all(std::string_view text, deadline limit) {
+  return detail::stream_write_all(fd_, as_bytes(text), limit);
+}
+task<std::size_t> tcp_stream::write_vectored(buffer_list buffers, deadline limit) {
+  return detail::stream_write_vectored(fd_, buffers, limit);
+}
+task<void> tcp_stream::write_all(buffer_list buffers, deadline limit) {
+  return detail::stream_write_all_vectored(fd_, buffers, limit);
+}
 
 void tcp_stream::shutdown(int how) {
   if (::shutdown(fd_, how) != 0) detail::throw_errno("shutdown");

@@ -67,6 +67,7 @@ const char* io_verb(std::uint64_t opcode) noexcept {
     case core::io_opcode::fsync: return "fsync";
     case core::io_opcode::poll: return "poll";
     case core::io_opcode::close: return "close";
+    case core::io_opcode::statx: return "statx";
   }
   return "io";
 }

@@ -59,6 +59,7 @@ enum class io_opcode : std::uint8_t {
   fsync,     // fsync(fd) (flags: IORING_FSYNC_DATASYNC for fdatasync)
   poll,      // wait until fd is readable (flags = POLLIN) or writable (POLLOUT); result: revents
   close,     // close(fd)
+  statx,     // statx(fd as dirfd, path, flags, length as mask, buffer as struct statx*)
 };
 
 struct io_operation {
@@ -74,6 +75,7 @@ struct io_operation {
   socklen_t* address_length = nullptr;      // accept: in/out
   socklen_t connect_length = 0;             // connect: length of *address
   struct msghdr* message = nullptr;         // recvmsg / sendmsg
+  const char* path = nullptr;               // statx
   // Result as the kernel reports it: >= 0 on success, -errno on failure.
   std::int32_t result = 0;
   // Runs on the owner's thread with the final result. The operation is the submitter's again.

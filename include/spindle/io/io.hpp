@@ -5,5 +5,6 @@
 #pragma once
 
 #include "spindle/io/io_wait.hpp"
+#include "spindle/io/directory.hpp"
 #include "spindle/io/file.hpp"
 #include "spindle/io/signals.hpp"

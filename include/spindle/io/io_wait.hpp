@@ -25,21 +25,43 @@
 // operation ended with -ECANCELED (or never started because cancellation was already requested),
 // it throws task_cancelled instead. An operation that completed despite the cancel returns its
 // real result (no data is lost); the next suspension point throws.
+//
+// Deadlines (submit_and_wait(operation, when), io/deadline.hpp): a `deadline_part` in the
+// awaiter adds a timer entry on the executor's timer service and a second runnable, the expiry
+// request. `pending` then starts at 2: the completion and the timer. The timer's fire callback
+// (under the service lock, on the owner or on a rescuer of a stuck executor: any thread) only
+// posts the expiry request to the reactor's executor, exactly like a canceller; the request runs
+// on the owner thread, asks the reactor to cancel the operation if it has not completed (and
+// then marks the deadline `expired`), and releases the timer's count. The completion disarms the
+// timer: if that succeeds the timer never fires and the completion releases both counts; if not,
+// the fire callback has run (disarm waits for it under the service lock) and its request
+// releases the timer's count. So the awaiter outlives the timer entry, the expiry request and
+// the kernel's use of the operation, as above. A completion with -ECANCELED after `expired` is
+// reported as `deadline_expired` (never a kernel result); a cancellation of the task wins over
+// the deadline (task_cancelled).
 #pragma once
 
 #include <atomic>
 #include <coroutine>
 #include <cstdint>
+#include <optional>
 
+#include "spindle/core/clock.hpp"
 #include "spindle/core/reactor.hpp"
 #include "spindle/core/runnable.hpp"
+#include "spindle/core/timer_wheel.hpp"
 #include "spindle/core/runtime_core.hpp"
 #include "spindle/task/spawned_task.hpp"
 
 namespace spindle::io {
+
+// What an await with a deadline returns when the deadline cancelled the operation: never a
+// kernel result (those are >= -4095).
+inline constexpr std::int32_t deadline_expired = INT32_MIN;
+
 namespace detail {
 
-class io_wait final : public cancellable_wait {
+class io_wait : public cancellable_wait {
  public:
   explicit io_wait(core::io_operation& operation) noexcept;
   io_wait(const io_wait&) = delete;
@@ -52,6 +74,27 @@ class io_wait final : public cancellable_wait {
 
   bool try_cancel() noexcept override;
 
+ protected:
+  // The deadline of io_deadline_wait (see "Deadlines" above); null without one.
+  struct deadline_part {
+    struct timer_type : core::timer_entry {
+      explicit timer_type(io_wait& waiter) noexcept;
+      io_wait& owner;
+    };
+    struct expiry_request : core::runnable {
+      explicit expiry_request(io_wait& waiter) noexcept;
+      io_wait& owner;
+    };
+    deadline_part(io_wait& waiter, clock_time deadline) noexcept
+        : when(deadline), timer(waiter), expiry(waiter) {}
+    clock_time when;
+    timer_type timer;
+    expiry_request expiry;
+    core::timer_service* service = nullptr;  // set when armed
+    bool expired = false;                    // owner thread (run_expiry)
+  };
+  deadline_part* deadline_ = nullptr;
+
  private:
   struct cancel_request : core::runnable {
     explicit cancel_request(io_wait& owner) noexcept;
@@ -61,7 +104,12 @@ class io_wait final : public cancellable_wait {
   static void run_cancel(core::runnable* request) noexcept;
   static void drop_cancel(core::runnable* request) noexcept;
   static const core::runnable_vtable cancel_vtable;
+  static void on_deadline(core::timer_entry* entry) noexcept;
+  static void run_expiry(core::runnable* request) noexcept;
+  static void drop_expiry(core::runnable* request) noexcept;
+  static const core::runnable_vtable expiry_vtable;
   void release_one() noexcept;
+  void release(std::uint32_t count) noexcept;
 
   core::io_operation& operation_;
   ::spindle::detail::spawned_task_base* task_ = nullptr;
@@ -75,6 +123,21 @@ class io_wait final : public cancellable_wait {
   cancel_request cancel_;
 };
 
+// io_wait with a deadline: the deadline_part lives here, in the same frame as the awaiter.
+// Without a deadline (nullopt) it is a plain io_wait with unused room.
+class io_deadline_wait final : public io_wait {
+ public:
+  io_deadline_wait(core::io_operation& operation, std::optional<clock_time> deadline) noexcept
+      : io_wait(operation), part_(*this, deadline.value_or(clock_time{})) {
+    if (deadline) deadline_ = &part_;
+  }
+  io_deadline_wait(const io_deadline_wait&) = delete;
+  io_deadline_wait& operator=(const io_deadline_wait&) = delete;
+
+ private:
+  deadline_part part_;
+};
+
 }  // namespace detail
 
 // Awaitable: submits `operation` on the current executor's reactor and resumes with its result.
@@ -82,6 +145,18 @@ class io_wait final : public cancellable_wait {
 inline detail::io_wait submit_and_wait(core::io_operation& operation) noexcept {
   return detail::io_wait(operation);
 }
+
+// The same with a deadline on the current executor's timer service: the result, or
+// deadline_expired if the deadline cancelled the operation first (see "Deadlines").
+// (nullopt: no deadline.)
+inline detail::io_deadline_wait submit_and_wait(core::io_operation& operation,
+                                                std::optional<clock_time> deadline) noexcept {
+  return detail::io_deadline_wait(operation, deadline);
+}
+
+// The runtime clock's reading on the calling worker (for io::deadline::resolve); usage_error
+// elsewhere.
+clock_time current_time();
 
 // The reactor of the executor running the calling task (usage_error elsewhere).
 core::reactor& current_reactor();

@@ -14,6 +14,16 @@
 // Objects own their file descriptor (closed by close() or, synchronously, by the destructor);
 // they are movable, not copyable. Using one from two tasks at once is allowed for one reader plus
 // one writer (full duplex), not for two readers.
+// Deadlines (io/deadline.hpp): the stream calls take an optional io::deadline as their last
+// argument; when it passes first, the operation in flight is cancelled and the call throws
+// spindle::timeout_error (the same exception as with_timeout), after which the bytes a read or
+// write moved before the cancellation took effect are unknown (a read_exact's buffer holds
+// them; a write_all may have sent a prefix). The overloads without one are the original calls.
+// Vectored writes (write_vectored, write_all over a buffer_list): one sendmsg(2) carries up to
+// IOV_MAX buffers, so a burst of small writes is one system call (docs/design/io.md, "Vectored
+// writes"); write_all over a list resumes exactly where a short write stopped, across buffer
+// boundaries. Empty buffers are skipped; an empty list sends nothing. The buffers (and the list
+// itself) must stay valid until the call's task completes.
 #pragma once
 
 #include <netinet/in.h>
@@ -27,9 +37,16 @@
 #include <string_view>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/io/deadline.hpp"
 #include "spindle/task/task.hpp"
+#include "spindle/time/timeout.hpp"
 
 namespace spindle::net {
+
+using io::deadline;
+
+// The buffers of a vectored write, e.g. a std::array or std::vector of std::span<const byte>.
+using buffer_list = std::span<const std::span<const std::byte>>;
 
 // An IPv4 or IPv6 address with a port.
 class endpoint {
@@ -83,6 +100,17 @@ class tcp_stream {
   // Writes all of buffer (if it throws, a prefix of unknown length may have been sent).
   task<void> write_all(std::span<const std::byte> buffer);
   task<void> write_all(std::string_view text);
+  // The same four with a deadline (timeout_error when it passes first; see the top).
+  task<std::size_t> read(std::span<std::byte> buffer, deadline limit);
+  task<void> read_exact(std::span<std::byte> buffer, deadline limit);
+  task<std::size_t> write(std::span<const std::byte> buffer, deadline limit);
+  task<void> write_all(std::span<const std::byte> buffer, deadline limit);
+  task<void> write_all(std::string_view text, deadline limit);
+  // One sendmsg of up to IOV_MAX buffers: the bytes sent (short writes happen; 0 for an empty
+  // list, at once).
+  task<std::size_t> write_vectored(buffer_list buffers, deadline limit = {});
+  // Writes every byte of every buffer, in order, one sendmsg per step.
+  task<void> write_all(buffer_list buffers, deadline limit = {});
   // shutdown(2): SHUT_WR after the last write, SHUT_RD, SHUT_RDWR. Synchronous.
   void shutdown(int how = SHUT_WR);
   // Closes through the reactor (awaitable); the destructor closes synchronously if still open.
