@@ -52,6 +52,14 @@
 // lock while holding their own: waking is scheduling, which takes no task lock.
 #pragma once
 
+// clang before 19 miscompiles coroutines that resume on another thread (the frame written after
+// await_suspend handed the handle over: LLVM #56301, #65054, #72006); with clang 16 spindle's
+// tasks lost wake-ups. Define SPINDLE_ALLOW_OLD_CLANG to silence this at your own risk.
+#if defined(__clang__) && !defined(__apple_build_version__) && __clang_major__ < 19 && \
+    !defined(SPINDLE_ALLOW_OLD_CLANG)
+#warning "spindle: clang < 19 miscompiles coroutines resumed on another thread; use clang >= 19 or g++ >= 12"
+#endif
+
 #include <atomic>
 #include <coroutine>
 #include <cstdint>
