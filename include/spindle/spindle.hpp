@@ -18,6 +18,8 @@
 #include "spindle/fork/fork.hpp"
 #include "spindle/io/io.hpp"
 #include "spindle/net/net.hpp"
+#include "spindle/net/unix.hpp"
+#include "spindle/net/buffered.hpp"
 #include "spindle/actor/actors.hpp"
 #include "spindle/dispatch/dispatcher.hpp"
 #include "spindle/embed/embed.hpp"
