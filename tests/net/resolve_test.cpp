@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "net/net_test_support.hpp"
+#include "spindle/core/atomic.hpp"
 #include "spindle/net/resolve.hpp"
 
 namespace {
@@ -276,7 +278,8 @@ TEST_P(NetResolve, ManyConcurrentLookupsLeaveNoDescriptorOrThread) {
 }
 
 task<std::vector<endpoint>> resolve_held(std::uint16_t port) {
-  co_return co_await spindle::net::resolve("localhost", port);
+  const resolve_options defaults;
+  co_return co_await spindle::net::resolve("localhost", port, defaults);
 }
 
 TEST_P(NetResolve, CancelledLookupsEndAtOnce) {
@@ -308,6 +311,29 @@ TEST_P(NetResolve, CancelledLookupsEndAtOnce) {
     EXPECT_FALSE(join_bounded(rt.spawn(resolve_held(1)), 60s).empty());
   }
   EXPECT_TRUE(spindle::testing::eventually([&] { return open_fd_count() == descriptors_before; }));
+}
+
+// Spins (no suspension point, so a cancel cannot land in a wait) until `go`, then resolves.
+task<std::vector<endpoint>> resolve_after(std::atomic<bool>& started, std::atomic<bool>& go) {
+  started.store(true, std::memory_order_relaxed);  // relaxed: says only that the task runs
+  // acquire: the test's cancel() happened before its store of `go`, so the cancel is seen now.
+  while (!go.load(std::memory_order_acquire)) spindle::core::cpu_relax();
+  const resolve_options defaults;
+  co_return co_await spindle::net::resolve("localhost", 1, defaults);
+}
+
+TEST_P(NetResolve, ACancelBeforeTheLookupQueuesNothing) {
+  spindle::runtime rt(options());
+  const resolve_gate_scope counting(false);
+  std::atomic<bool> started{false};
+  std::atomic<bool> go{false};
+  auto lookup = rt.spawn(resolve_after(started, go));
+  // relaxed: only that the task runs (so the cancel below cannot stop it before it starts).
+  ASSERT_TRUE(spindle::testing::eventually([&] { return started.load(std::memory_order_relaxed); }));
+  lookup.cancel();
+  go.store(true, std::memory_order_release);  // release: publishes the cancel to the task
+  EXPECT_THROW(join_bounded(std::move(lookup), 30s), spindle::task_cancelled);
+  EXPECT_EQ(resolve_gate_entered(), 0);  // nothing reached a helper
 }
 
 TEST_P(NetResolve, RuntimeDestroyedWithLookupsInFlight) {

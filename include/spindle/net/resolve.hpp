@@ -68,6 +68,10 @@ struct resolve_options {
   // (as in Tokio and Go): with it, a machine with loopback only finds nothing for "localhost".
   bool only_configured_families = false;
 };
+// The default argument below is built inside the caller's co_await operand; g++ 12 may destroy
+// such an aggregate twice (README, known hazards), which is harmless only while it has nothing to
+// destroy.
+static_assert(std::is_trivially_destructible_v<resolve_options>);
 
 // The addresses of `host` with `port` (see above for numeric hosts, order, errors).
 task<std::vector<endpoint>> resolve(std::string host, std::uint16_t port,
