@@ -12,6 +12,9 @@
 //
 // Each line: `spindle <workload> <param> <threads> <seconds> result=<value>` where a wrong result
 // is marked (WRONG), so ../shared/peers/run can put spindle beside the peers.
+#include <netdb.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +32,7 @@
 #include "spindle/core/trace.hpp"
 #include "spindle/diagnostics/trace_export.hpp"
 #include "spindle/net/net.hpp"
+#include "spindle/net/resolve.hpp"
 #include "spindle/spindle.hpp"
 
 namespace spindle_bench {
@@ -666,6 +670,93 @@ measurement run_burst_vectored(long messages, int threads) {
   return run_burst_with(messages, threads, true);
 }
 
+// --- resolve: net::resolve of a numeric host and of "localhost" (/etc/hosts) -----------------
+// `resolve-numeric N` / `resolve-localhost N`: one task resolves N times, one lookup after the
+// other (per-call latency: p50 and p99 on stderr, beside the same getaddrinfo called directly
+// on a plain thread); `resolve-concurrent N`: N lookups of "localhost" from resolve_concurrency
+// tasks at once (throughput: lookups/s on stderr). result= counts the lookups that found a
+// loopback address with the port asked for. docs/design/io.md, "Name resolution".
+constexpr int resolve_concurrency = 64;
+
+bool resolve_found(const std::vector<spindle::net::endpoint>& found, std::uint16_t port) {
+  return !found.empty() && found.front().port() == port;
+}
+
+spindle::task<long> resolve_sequence(std::string host, long count, std::vector<double>* latencies) {
+  long found = 0;
+  const spindle::net::resolve_options options;  // a named local, not in the co_await (g++ 12)
+  for (long i = 0; i < count; ++i) {
+    const auto start = bench_clock::now();
+    const std::vector<spindle::net::endpoint> addresses =
+        co_await spindle::net::resolve(host, std::uint16_t(i), options);
+    if (latencies != nullptr) latencies->push_back(seconds_since(start));
+    found += resolve_found(addresses, std::uint16_t(i)) ? 1 : 0;
+  }
+  co_return found;
+}
+
+spindle::task<long> resolve_fan_out(long count) {
+  std::vector<spindle::join_handle<long>> lookups;
+  for (int t = 0; t < resolve_concurrency; ++t) {
+    const long share = count / resolve_concurrency + (t < count % resolve_concurrency ? 1 : 0);
+    lookups.push_back(spindle::spawn(resolve_sequence("localhost", share, nullptr)));
+  }
+  long found = 0;
+  for (auto& lookup : lookups) found += co_await std::move(lookup);
+  co_return found;
+}
+
+double resolve_percentile(std::vector<double> values, double fraction) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1, std::size_t(fraction * double(values.size())))];
+}
+
+// The same lookup with getaddrinfo on this thread, per call (the cost of the system resolver
+// alone).
+double resolve_direct_seconds(const char* host, long count) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  const auto start = bench_clock::now();
+  for (long i = 0; i < count; ++i) {
+    addrinfo* list = nullptr;
+    if (::getaddrinfo(host, "80", &hints, &list) == 0) ::freeaddrinfo(list);
+  }
+  return seconds_since(start) / double(count);
+}
+
+measurement run_resolve_sequence(const char* host, const char* name, long count, int threads) {
+  spindle::runtime rt(bench_options(threads));
+  rt.block_on(resolve_sequence(host, count / 10, nullptr));  // warm-up
+  std::vector<double> latencies;
+  latencies.reserve(std::size_t(count));
+  const auto start = bench_clock::now();
+  const long found = rt.block_on(resolve_sequence(host, count, &latencies));
+  const double seconds = seconds_since(start);
+  std::fprintf(stderr, "%s: per call p50 %.2f us, p99 %.2f us; getaddrinfo on a plain thread %.2f us\n",
+               name, resolve_percentile(latencies, 0.5) * 1e6,
+               resolve_percentile(latencies, 0.99) * 1e6,
+               resolve_direct_seconds(host, std::max(1L, count / 10)) * 1e6);
+  return {seconds, found, count};
+}
+measurement run_resolve_numeric(long count, int threads) {
+  return run_resolve_sequence("127.0.0.1", "resolve-numeric", count, threads);
+}
+measurement run_resolve_localhost(long count, int threads) {
+  return run_resolve_sequence("localhost", "resolve-localhost", count, threads);
+}
+measurement run_resolve_concurrent(long count, int threads) {
+  spindle::runtime rt(bench_options(threads));
+  rt.block_on(resolve_fan_out(count / 10));  // warm-up (starts the resolver's helpers)
+  const auto start = bench_clock::now();
+  const long found = rt.block_on(resolve_fan_out(count));
+  const double seconds = seconds_since(start);
+  std::fprintf(stderr, "resolve-concurrent: %ld lookups from %d tasks, %.0f lookups/s\n", count,
+               resolve_concurrency, double(count) / seconds);
+  return {seconds, found, count};
+}
+
 using workload_function = measurement (*)(long, int);
 
 struct workload {
@@ -692,6 +783,9 @@ const std::map<std::string, workload>& workloads() {
       {"trace-events", {&run_trace_events, 10000000}},
       {"burst", {&run_burst, 1000000}},
       {"burst-vectored", {&run_burst_vectored, 1000000}},
+      {"resolve-numeric", {&run_resolve_numeric, 1000000}},
+      {"resolve-localhost", {&run_resolve_localhost, 10000}},
+      {"resolve-concurrent", {&run_resolve_concurrent, 20000}},
   };
   return table;
 }

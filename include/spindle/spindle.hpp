@@ -18,6 +18,7 @@
 #include "spindle/fork/fork.hpp"
 #include "spindle/io/io.hpp"
 #include "spindle/net/net.hpp"
+#include "spindle/net/resolve.hpp"
 #include "spindle/net/unix.hpp"
 #include "spindle/net/buffered.hpp"
 #include "spindle/actor/actors.hpp"

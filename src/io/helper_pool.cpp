@@ -21,16 +21,21 @@ namespace {
 
 class helper_pool {
  public:
-  static helper_pool& instance() {
-    // Never destroyed: detached helpers may still use it while the process exits.
-    static helper_pool* pool = new helper_pool();
-    return *pool;
+  explicit helper_pool(unsigned most_threads) : most_threads_(most_threads) {}
+
+  static helper_pool& instance(helper_pool_kind kind) {
+    // Never destroyed: detached helpers may still use them while the process exits.
+    static helper_pool* files = new helper_pool(helper_threads);
+    static helper_pool* resolver = new helper_pool(resolver_helper_threads);
+    return kind == helper_pool_kind::resolver ? *resolver : *files;
   }
 
   void submit(std::shared_ptr<helper_job> job) {
     std::unique_lock lock(mutex_);
     queue_.push_back(std::move(job));
-    if (idle_ == 0 && started_ < helper_threads) {
+    // More queued jobs than idle threads to take them: start one more. (Not "no idle thread":
+    // idle threads count until they wake, so a burst queued before any woke would start none.)
+    if (queue_.size() > idle_ && started_ < most_threads_) {
       try {
         std::thread([this] { serve(); }).detach();
         ++started_;
@@ -41,10 +46,9 @@ class helper_pool {
           throw;
         }
       }
-    } else {
-      lock.unlock();
-      ready_.notify_one();
     }
+    lock.unlock();
+    ready_.notify_one();
   }
 
  private:
@@ -66,6 +70,7 @@ class helper_pool {
     }
   }
 
+  const unsigned most_threads_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::shared_ptr<helper_job>> queue_;
@@ -84,9 +89,9 @@ helper_job::~helper_job() {
   if (done_fd_ >= 0) ::close(done_fd_);
 }
 
-task<void> run_on_helper(std::shared_ptr<helper_job> job) {
+task<void> run_on_helper(std::shared_ptr<helper_job> job, helper_pool_kind kind) {
   current_reactor();  // usage_error off a worker, before anything is queued
-  helper_pool::instance().submit(job);
+  helper_pool::instance(kind).submit(job);
   // `value` and `op` live in this frame until the read's final completion (io_wait.hpp); `job`
   // (a parameter) keeps the eventfd open until then.
   std::uint64_t value = 0;

@@ -11,12 +11,17 @@
 // Lifetimes: the job holds the eventfd and is shared, so a task cancelled while waiting (the
 // read cancelled, the task gone) leaves a job the helper finishes and then frees, closing the
 // eventfd; nothing the helper touches belongs to the task.
-// The pool: threads start on demand (a job queued while every started thread is busy starts one
-// more, up to helper_threads), wait on a condition variable, and are never joined (detached:
-// they may be blocked in a slow file system call when the process exits).
+// The pools: two, each process-wide, with its own queue and its own threads: `files` (directory
+// listings, status on epoll; at most io::helper_threads) and `resolver` (getaddrinfo for
+// net::resolve; at most resolver_helper_threads), so that name lookups stuck on an unreachable
+// DNS server (seconds each) never hold up a directory listing, nor listings a lookup. Threads
+// start on demand (a job queued while every started thread of its pool is busy starts one more,
+// up to the pool's limit), wait on a condition variable, and are never joined (detached: they may
+// be blocked in a slow file system call or DNS query when the process exits).
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "spindle/task/task.hpp"
@@ -44,7 +49,13 @@ class helper_job {
   std::atomic<bool> done_{false};
 };
 
-// Queues `job` on the pool and waits (through the reactor) until it has run.
-task<void> run_on_helper(std::shared_ptr<helper_job> job);
+enum class helper_pool_kind : std::uint8_t { files, resolver };
+
+// The most threads the resolver pool starts (net/resolve.hpp repeats it as net::resolver_threads).
+inline constexpr unsigned resolver_helper_threads = 8;
+
+// Queues `job` on the pool `kind` and waits (through the reactor) until it has run.
+task<void> run_on_helper(std::shared_ptr<helper_job> job,
+                         helper_pool_kind kind = helper_pool_kind::files);
 
 }  // namespace spindle::io::detail

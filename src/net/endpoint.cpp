@@ -66,7 +66,7 @@ endpoint::endpoint(std::string_view address, std::uint16_t port) {
   } else {
     storage_ = {};
     throw usage_error("spindle: not an IPv4 or IPv6 address: \"" + std::string(address) +
-                                "\"");
+                      "\" (host names: co_await net::resolve(host, port))");
   }
 }
 

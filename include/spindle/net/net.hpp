@@ -53,7 +53,8 @@ class endpoint {
  public:
   endpoint() = default;
   // Parses a numeric IPv4 or IPv6 address ("127.0.0.1", "::1", "0.0.0.0", "fe80::1"); throws
-  // usage_error on anything else (host names, ports, brackets, empty text).
+  // usage_error on anything else (host names, ports, brackets, empty text). Host names need a
+  // lookup, which may block: co_await net::resolve(host, port) (net/resolve.hpp).
   endpoint(std::string_view address, std::uint16_t port);
   static endpoint loopback_v4(std::uint16_t port);
   static endpoint any_v4(std::uint16_t port);
@@ -87,6 +88,10 @@ class tcp_stream {
   // Connects a new socket to `remote` (std::system_error, e.g. ECONNREFUSED, on failure;
   // usage_error for the unspecified endpoint{}).
   static task<tcp_stream> connect(endpoint remote);
+  // Resolves `host` (net/resolve.hpp: numeric hosts at once, names on the resolver's helper
+  // threads) and connects to its addresses in order, one after the other (not happy eyeballs),
+  // until one accepts; when all fail, the last failure is thrown. Defined in src/net/resolve.cpp.
+  static task<tcp_stream> connect(std::string host, std::uint16_t port);
 
   // Reads at most buffer.size() bytes; 0 means the peer closed its side (an empty buffer also
   // gives 0, at once).
