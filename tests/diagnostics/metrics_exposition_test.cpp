@@ -101,15 +101,19 @@ TEST(MetricsExposition, ARunningRuntimePassesPromtool) {
       std::max(0.0, sample_value(text, "spindle_actor_messages_total{executor=\"0\"}")) +
       std::max(0.0, sample_value(text, "spindle_actor_messages_total{executor=\"1\"}"));
   EXPECT_EQ(messages, 100) << text;
-  EXPECT_EQ(sample_value(text,
-                         "spindle_dispatcher_submissions_total{dispatcher=\"0\",mode=\"parallel\"}"),
-            21)
-      << text;
-  EXPECT_GE(sample_value(text,
-                         "spindle_dispatcher_completed_total{dispatcher=\"0\",mode=\"parallel\"}"),
-            20);
-  EXPECT_EQ(sample_value(text, "spindle_dispatcher_running{dispatcher=\"0\",mode=\"parallel\"}") +
-                sample_value(text, "spindle_dispatcher_queued{dispatcher=\"0\",mode=\"parallel\"}"),
+  // The dispatcher's label is a process-wide number: 0 when this test runs alone, more after
+  // other tests made dispatchers in the same process (--gtest_repeat, the whole executable).
+  const std::string label_start = "spindle_dispatcher_submissions_total{dispatcher=\"";
+  const std::size_t at = text.find(label_start);
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string id =
+      text.substr(at + label_start.size(), text.find('"', at + label_start.size()) - at -
+                                               label_start.size());
+  const std::string labels = "{dispatcher=\"" + id + "\",mode=\"parallel\"}";
+  EXPECT_EQ(sample_value(text, "spindle_dispatcher_submissions_total" + labels), 21) << text;
+  EXPECT_GE(sample_value(text, "spindle_dispatcher_completed_total" + labels), 20);
+  EXPECT_EQ(sample_value(text, "spindle_dispatcher_running" + labels) +
+                sample_value(text, "spindle_dispatcher_queued" + labels),
             1)
       << text;
   EXPECT_NE(text.find("spindle_executor_poll_time_seconds_bucket{executor=\"0\",le=\"+Inf\"}"),
