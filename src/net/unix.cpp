@@ -46,26 +46,16 @@ unix_endpoint unix_socket_name(int fd, bool peer) {
 }
 
 // Binds `fd` to `local`; for a path, records what close() may unlink later.
-void bind_unix(int fd, const unix_endpoint& local, std::string& path, dev_t& device, ino_t& inode) {
+void bind_unix(int fd, const unix_endpoint& local, detail::bound_unix_path& bound) {
   if (::bind(fd, local.native(), local.native_length()) != 0) detail::throw_errno("bind");
   if (!local.is_abstract()) {
     struct stat info{};
     if (::stat(local.path().c_str(), &info) == 0) {
-      path = local.path();
-      device = info.st_dev;
-      inode = info.st_ino;
+      bound.path = local.path();
+      bound.device = info.st_dev;
+      bound.inode = info.st_ino;
     }
   }
-}
-
-// Unlinks `path` if it still names the socket that was bound there (unix.hpp, the top).
-void unlink_if_ours(std::string& path, dev_t device, ino_t inode) noexcept {
-  if (path.empty()) return;
-  struct stat info{};
-  if (::stat(path.c_str(), &info) == 0 && info.st_dev == device && info.st_ino == inode) {
-    ::unlink(path.c_str());
-  }
-  path.clear();
 }
 
 std::pair<int, int> socket_pair(int type) {
@@ -77,6 +67,16 @@ std::pair<int, int> socket_pair(int type) {
 }
 
 }  // namespace
+
+// Unlinks the path if it still names the socket that was bound there (unix.hpp, the top).
+void detail::bound_unix_path::unlink_if_ours() noexcept {
+  if (path.empty()) return;
+  struct stat info{};
+  if (::stat(path.c_str(), &info) == 0 && info.st_dev == device && info.st_ino == inode) {
+    ::unlink(path.c_str());
+  }
+  path.clear();
+}
 
 // --- unix_endpoint ----------------------------------------------------------------------------
 
@@ -207,25 +207,20 @@ unix_endpoint unix_stream::remote_endpoint() const { return unix_socket_name(fd_
 // --- unix_listener ----------------------------------------------------------------------------
 
 unix_listener::unix_listener(unix_listener&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)),
-      path_(std::exchange(other.path_, {})),
-      device_(other.device_),
-      inode_(other.inode_) {}
+    : fd_(std::exchange(other.fd_, -1)), bound_(std::move(other.bound_)) {}
 
 unix_listener& unix_listener::operator=(unix_listener&& other) noexcept {
   if (this != &other) {
-    unlink_if_ours(path_, device_, inode_);
+    bound_.unlink_if_ours();  // before the close, as the destructor
     detail::close_quietly(fd_);
     fd_ = std::exchange(other.fd_, -1);
-    path_ = std::exchange(other.path_, {});
-    device_ = other.device_;
-    inode_ = other.inode_;
+    bound_ = std::move(other.bound_);
   }
   return *this;
 }
 
 unix_listener::~unix_listener() {
-  unlink_if_ours(path_, device_, inode_);
+  bound_.unlink_if_ours();
   detail::close_quietly(fd_);
 }
 
@@ -233,7 +228,7 @@ unix_listener unix_listener::bind(unix_endpoint local, int backlog) {
   if (local.is_unnamed()) throw usage_error("spindle: unix_listener::bind to an unnamed endpoint");
   unix_listener listener;
   listener.fd_ = detail::open_socket(AF_UNIX, SOCK_STREAM);
-  bind_unix(listener.fd_, local, listener.path_, listener.device_, listener.inode_);
+  bind_unix(listener.fd_, local, listener.bound_);
   if (::listen(listener.fd_, backlog) != 0) detail::throw_errno("listen");
   return listener;
 }
@@ -259,7 +254,7 @@ task<unix_stream> unix_listener::accept(deadline limit) {
 }
 
 task<void> unix_listener::close() {
-  unlink_if_ours(path_, device_, inode_);
+  bound_.unlink_if_ours();
   const int fd = std::exchange(fd_, -1);
   if (fd >= 0) co_await detail::close_through_reactor(fd);
 }
@@ -269,25 +264,20 @@ unix_endpoint unix_listener::local_endpoint() const { return unix_socket_name(fd
 // --- unix_datagram ----------------------------------------------------------------------------
 
 unix_datagram::unix_datagram(unix_datagram&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)),
-      path_(std::exchange(other.path_, {})),
-      device_(other.device_),
-      inode_(other.inode_) {}
+    : fd_(std::exchange(other.fd_, -1)), bound_(std::move(other.bound_)) {}
 
 unix_datagram& unix_datagram::operator=(unix_datagram&& other) noexcept {
   if (this != &other) {
-    unlink_if_ours(path_, device_, inode_);
+    bound_.unlink_if_ours();  // before the close, as the destructor
     detail::close_quietly(fd_);
     fd_ = std::exchange(other.fd_, -1);
-    path_ = std::exchange(other.path_, {});
-    device_ = other.device_;
-    inode_ = other.inode_;
+    bound_ = std::move(other.bound_);
   }
   return *this;
 }
 
 unix_datagram::~unix_datagram() {
-  unlink_if_ours(path_, device_, inode_);
+  bound_.unlink_if_ours();
   detail::close_quietly(fd_);
 }
 
@@ -295,7 +285,7 @@ unix_datagram unix_datagram::bind(unix_endpoint local) {
   if (local.is_unnamed()) throw usage_error("spindle: unix_datagram::bind to an unnamed endpoint");
   unix_datagram socket;
   socket.fd_ = detail::open_socket(AF_UNIX, SOCK_DGRAM);
-  bind_unix(socket.fd_, local, socket.path_, socket.device_, socket.inode_);
+  bind_unix(socket.fd_, local, socket.bound_);
   return socket;
 }
 
@@ -379,7 +369,7 @@ task<unix_datagram::received> unix_datagram::receive_from(std::span<std::byte> b
 }
 
 task<void> unix_datagram::close() {
-  unlink_if_ours(path_, device_, inode_);
+  bound_.unlink_if_ours();
   const int fd = std::exchange(fd_, -1);
   if (fd >= 0) co_await detail::close_through_reactor(fd);
 }

@@ -94,6 +94,32 @@ class unix_stream {
   int fd_ = -1;
 };
 
+namespace detail {
+// The path a listener or datagram socket bound, and the inode it named then: unlinked on close
+// only while it still names that inode (see the top). Moving hands the duty over; `unlink_if_ours`
+// clears it, so a second call does nothing. Owned by one socket object, on its owner's thread.
+struct bound_unix_path {
+  std::string path;  // "" if none
+  dev_t device = 0;
+  ino_t inode = 0;
+
+  bound_unix_path() = default;
+  bound_unix_path(bound_unix_path&& other) noexcept
+      : path(std::exchange(other.path, {})), device(other.device), inode(other.inode) {}
+  bound_unix_path& operator=(bound_unix_path&& other) noexcept {
+    if (this != &other) {
+      unlink_if_ours();
+      path = std::exchange(other.path, {});
+      device = other.device;
+      inode = other.inode;
+    }
+    return *this;
+  }
+  ~bound_unix_path() { unlink_if_ours(); }
+  void unlink_if_ours() noexcept;
+};
+}  // namespace detail
+
 class unix_listener {
  public:
   unix_listener() = default;
@@ -113,9 +139,7 @@ class unix_listener {
 
  private:
   int fd_ = -1;
-  std::string path_;  // the path to unlink on close ("" if none)
-  dev_t device_ = 0;
-  ino_t inode_ = 0;
+  detail::bound_unix_path bound_;  // the path to unlink on close
 };
 
 class unix_datagram {
@@ -152,9 +176,7 @@ class unix_datagram {
 
  private:
   int fd_ = -1;
-  std::string path_;
-  dev_t device_ = 0;
-  ino_t inode_ = 0;
+  detail::bound_unix_path bound_;  // the path to unlink on close
 };
 
 }  // namespace spindle::net
