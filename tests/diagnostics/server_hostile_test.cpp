@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "support/http_test_client.hpp"
+#include "support/test_support.hpp"
 #include "spindle/diagnostics/server.hpp"
 #include "spindle/spindle.hpp"
 
@@ -41,10 +42,10 @@ bool within_seconds(Condition done) {
 // Waits (bounded) until the process holds `expected` descriptors; returns the last count.
 int settle_descriptors(int expected) {
   const auto until = std::chrono::steady_clock::now() + 5s;
-  int now = spindle::test::open_descriptors();
+  int now = spindle::testing::open_descriptor_count();
   while (now != expected && std::chrono::steady_clock::now() < until) {
     std::this_thread::yield();
-    now = spindle::test::open_descriptors();
+    now = spindle::testing::open_descriptor_count();
   }
   return now;
 }
@@ -368,7 +369,7 @@ TEST(DiagnosticsServerHostile, NoDescriptorLeaksAndTheRuntimeKeepsWorking) {
   testing::internal::GetCapturedStderr();
   const auto port = rt.diagnostics_port();
   ASSERT_NE(port, 0);
-  const int baseline = spindle::test::open_descriptors();
+  const int baseline = spindle::testing::open_descriptor_count();
 
   std::vector<std::thread> clients;
   for (int c = 0; c < 4; ++c) {

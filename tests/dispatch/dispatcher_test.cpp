@@ -486,10 +486,7 @@ TEST(DispatcherSubmit, CoroutineLambdaIsCalledOnAnExecutorAndAwaited) {
 // The shared state goes with the last of the dispatcher's tasks: nothing keeps the runtime's
 // state (its rings and event descriptors) alive after both are gone.
 TEST(DispatcherLifetime, NothingOutlivesTheRuntimeAndTheDispatcher) {
-  auto open_descriptors = [] {
-    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
-                         std::filesystem::directory_iterator{});
-  };
+  auto open_descriptors = [] { return spindle::testing::open_descriptor_count(); };
   const auto before = open_descriptors();
   for (int i = 0; i < 10; ++i) {
     for (auto mode : {dispatch_mode::parallel, dispatch_mode::sequential, dispatch_mode::sequential_uncancelable}) {

@@ -22,6 +22,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/descriptors.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -232,17 +234,7 @@ class server_process {
   }
 
   // Descriptors the server has open (-1 if it cannot be read).
-  int open_fds() const {
-    const std::string path = "/proc/" + std::to_string(pid_) + "/fd";
-    DIR* dir = ::opendir(path.c_str());
-    if (dir == nullptr) return -1;
-    int count = 0;
-    while (dirent* entry = ::readdir(dir)) {
-      if (entry->d_name[0] != '.') ++count;
-    }
-    ::closedir(dir);
-    return count;
-  }
+  int open_fds() const { return spindle::testing::open_descriptor_count(pid_); }
 
   // Waits until the server has exactly `count` descriptors open; false after `limit`.
   bool fds_become(int count, std::chrono::milliseconds limit = patience) const {

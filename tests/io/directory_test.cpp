@@ -31,14 +31,7 @@ using spindle::io::file_kind;
 using spindle::io::file_status;
 using spindle::testing::runtime_on;
 
-int directory_test_fd_count() {
-  int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    (void)entry;
-    ++count;
-  }
-  return count;
-}
+int directory_test_fd_count() { return spindle::testing::open_descriptor_count(); }
 
 class IoDirectory : public ::testing::TestWithParam<io_backend> {
  protected:

@@ -178,13 +178,13 @@ task<bool> buffered_over_tcp() {
 }
 
 TEST_P(NetBuffered, LinesOverTcp) {
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     EXPECT_TRUE(join_bounded(rt.spawn(buffered_over_tcp()), 30s));
     EXPECT_TRUE(join_bounded(rt.spawn(buffered_frames_round_trip()), 60s));
   }
-  EXPECT_EQ(open_fd_count(), before);  // no descriptor left behind
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);  // no descriptor left behind
 }
 
 }  // namespace

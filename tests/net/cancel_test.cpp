@@ -174,7 +174,7 @@ void expect_accounted(const tally& t, int iterations) {
 
 TEST_P(NetCancel, CancelMidReadTenThousandTimes) {
   const int iterations = scaled(10000, 10000, 3000);
-  const int fds_before = open_fd_count();
+  const int fds_before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     cancel_setup s;
@@ -183,12 +183,12 @@ TEST_P(NetCancel, CancelMidReadTenThousandTimes) {
     expect_accounted(t, iterations);
     EXPECT_TRUE(spindle::testing::eventually([&] { return rt.live_tasks() == 0; }));
   }
-  EXPECT_EQ(open_fd_count(), fds_before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), fds_before);
 }
 
 TEST_P(NetCancel, CancelMidWriteTenThousandTimes) {
   const int iterations = scaled(10000, 10000, 3000);
-  const int fds_before = open_fd_count();
+  const int fds_before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     cancel_setup s;
@@ -199,14 +199,14 @@ TEST_P(NetCancel, CancelMidWriteTenThousandTimes) {
     expect_accounted(t, iterations);
     EXPECT_TRUE(spindle::testing::eventually([&] { return rt.live_tasks() == 0; }));
   }
-  EXPECT_EQ(open_fd_count(), fds_before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), fds_before);
 }
 
 // The canceller is a plain thread: the cancel request crosses threads into the reactor's
 // executor while the read is being submitted, waits, or completes.
 TEST_P(NetCancel, CancelReadsFromAPlainThread) {
   const int iterations = scaled(10000, 5000, 2000);
-  const int fds_before = open_fd_count();
+  const int fds_before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     cancel_setup s;
@@ -237,7 +237,7 @@ TEST_P(NetCancel, CancelReadsFromAPlainThread) {
     t.content_ok = received.size() == sent && first_mismatch(received, 0) == sent;
     expect_accounted(t, iterations);
   }
-  EXPECT_EQ(open_fd_count(), fds_before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), fds_before);
 }
 
 // with_timeout around reads (the timer cancels them) and writes into a full buffer.

@@ -204,13 +204,13 @@ TEST_P(NetDeadline, ADeadlineFollowsTheRuntimeClock) {
 }
 
 TEST_P(NetDeadline, LeavesNoDescriptorBehind) {
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     EXPECT_EQ(join_bounded(rt.spawn(deadline_read_times_out()), 30s), "after");
     EXPECT_TRUE(join_bounded(rt.spawn(deadline_write_times_out()), 30s));
   }
-  EXPECT_EQ(open_fd_count(), before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);
 }
 
 }  // namespace

@@ -87,27 +87,6 @@ inline std::size_t first_mismatch(std::span<const std::byte> got, std::uint32_t 
   return got.size();
 }
 
-// Descriptors open in this process (a /proc/self/fd scan).
-// Descriptors open on files under /proc are left out: this listing's own, and the transient
-// ones of workers that read a thread's /proc stat (standby, parking.md), which a count taken
-// while a runtime runs would otherwise catch now and then.
-inline int open_fd_count() {
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int count = 0;
-  while (dirent* entry = ::readdir(dir)) {
-    if (entry->d_name[0] == '.') continue;
-    char target[64] = {};
-    const ssize_t length = ::readlinkat(::dirfd(dir), entry->d_name, target, sizeof target - 1);
-    if (length > 0 && std::string_view(target, std::size_t(length)).starts_with("/proc/")) {
-      continue;
-    }
-    ++count;
-  }
-  ::closedir(dir);
-  return count;
-}
-
 // The highest descriptor number open in this process.
 inline int highest_open_fd() {
   DIR* dir = ::opendir("/proc/self/fd");

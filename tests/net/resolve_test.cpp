@@ -269,14 +269,14 @@ task<int> resolve_many(int count) {
 
 TEST_P(NetResolve, ManyConcurrentLookupsLeaveNoDescriptorOrThread) {
   const int count = scaled(2000, 300, 100);
-  const int descriptors_before = open_fd_count();
+  const int descriptors_before = spindle::testing::open_descriptor_count();
   const int threads_before = resolve_thread_count();
   {
     spindle::runtime rt(options());
     EXPECT_EQ(join_bounded(rt.spawn(resolve_many(count)), 120s), count);
   }
   // Each job's eventfd closes when the helper drops it, possibly after the task went on.
-  EXPECT_TRUE(spindle::testing::eventually([&] { return open_fd_count() == descriptors_before; }));
+  EXPECT_TRUE(spindle::testing::eventually([&] { return spindle::testing::open_descriptor_count() == descriptors_before; }));
   // The runtime's threads are gone; at most the resolver pool's started ones remain.
   EXPECT_LE(resolve_thread_count(), threads_before + int(spindle::net::resolver_threads) + tsan_thread);
 }
@@ -288,7 +288,7 @@ task<std::vector<endpoint>> resolve_held(std::uint16_t port) {
 
 TEST_P(NetResolve, CancelledLookupsEndAtOnce) {
   const int count = scaled(200, 100, 50);
-  const int descriptors_before = open_fd_count();
+  const int descriptors_before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     resolve_gate_scope gate(true);
@@ -314,7 +314,7 @@ TEST_P(NetResolve, CancelledLookupsEndAtOnce) {
     // A lookup after the cancelled ones works (behind the dropped ones in the queue).
     EXPECT_FALSE(join_bounded(rt.spawn(resolve_held(1)), 60s).empty());
   }
-  EXPECT_TRUE(spindle::testing::eventually([&] { return open_fd_count() == descriptors_before; }));
+  EXPECT_TRUE(spindle::testing::eventually([&] { return spindle::testing::open_descriptor_count() == descriptors_before; }));
 }
 
 // Spins (no suspension point, so a cancel cannot land in a wait) until `go`, then resolves.
@@ -342,7 +342,7 @@ TEST_P(NetResolve, ACancelBeforeTheLookupQueuesNothing) {
 
 TEST_P(NetResolve, RuntimeDestroyedWithLookupsInFlight) {
   const int count = scaled(200, 100, 50);
-  const int descriptors_before = open_fd_count();
+  const int descriptors_before = spindle::testing::open_descriptor_count();
   const int threads_before = resolve_thread_count();
   {
     resolve_gate_scope gate(true);
@@ -356,7 +356,7 @@ TEST_P(NetResolve, RuntimeDestroyedWithLookupsInFlight) {
     }  // runtime destroyed: the waits cancelled, the frames gone, the jobs still queued or held
     gate.open();  // now the helpers write into the jobs (not the frames) and free them
   }
-  EXPECT_TRUE(spindle::testing::eventually([&] { return open_fd_count() == descriptors_before; }));
+  EXPECT_TRUE(spindle::testing::eventually([&] { return spindle::testing::open_descriptor_count() == descriptors_before; }));
   EXPECT_LE(resolve_thread_count(), threads_before + int(spindle::net::resolver_threads) + tsan_thread);
 }
 

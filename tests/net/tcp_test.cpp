@@ -435,7 +435,7 @@ TEST_P(NetTcp, ConnectToAClosedPortIsRefused) {
     auto listener = tcp_listener::bind(endpoint::loopback_v4(0));
     closed = listener.local_endpoint();
   }
-  const int fds_before = open_fd_count();
+  const int fds_before = spindle::testing::open_descriptor_count();
   for (int i = 0; i < 20; ++i) {
     try {
       rt.block_on(connect_only(closed));
@@ -446,7 +446,7 @@ TEST_P(NetTcp, ConnectToAClosedPortIsRefused) {
       EXPECT_EQ(std::string(e.what()).rfind("spindle: connect", 0), 0u) << e.what();
     }
   }
-  EXPECT_EQ(open_fd_count(), fds_before);  // the failed sockets were closed
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), fds_before);  // the failed sockets were closed
   EXPECT_THROW(rt.block_on(connect_only(endpoint())), spindle::usage_error);
 }
 
@@ -506,11 +506,11 @@ TEST_P(NetTcp, EndpointsOptionsAndClose) {
 
 TEST_P(NetTcp, MovesAndDestructorsOwnTheDescriptor) {
   spindle::runtime rt(options());
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     auto listener = tcp_listener::bind(endpoint::loopback_v4(0));
     auto [client, server] = join_bounded(rt.spawn(connected_pair(listener)), 30s);
-    EXPECT_EQ(open_fd_count(), before + 3);
+    EXPECT_EQ(spindle::testing::open_descriptor_count(), before + 3);
     tcp_stream moved(std::move(client));
     EXPECT_FALSE(client.is_open());
     EXPECT_TRUE(moved.is_open());
@@ -518,12 +518,12 @@ TEST_P(NetTcp, MovesAndDestructorsOwnTheDescriptor) {
     target = std::move(server);
     EXPECT_FALSE(server.is_open());
     target = std::move(moved);  // closes what target held
-    EXPECT_EQ(open_fd_count(), before + 2);
+    EXPECT_EQ(spindle::testing::open_descriptor_count(), before + 2);
     tcp_listener other = std::move(listener);
     EXPECT_FALSE(listener.is_open());
     EXPECT_TRUE(other.is_open());
   }
-  EXPECT_EQ(open_fd_count(), before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);
 }
 
 task<void> close_listener(tcp_listener& listener) { co_await listener.close(); }
@@ -566,7 +566,7 @@ task<void> park_connections(tcp_listener& listener, int count, std::atomic<int>&
 }
 
 TEST_P(NetTcp, RuntimeShutdownWithReadsInFlightLeaksNothing) {
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     auto listener = tcp_listener::bind(endpoint::loopback_v4(0));
     spindle::runtime rt(options());
@@ -576,7 +576,7 @@ TEST_P(NetTcp, RuntimeShutdownWithReadsInFlightLeaksNothing) {
     std::this_thread::sleep_for(5ms);  // let the reads reach the kernel
     EXPECT_EQ(rt.live_tasks(), 128u);
   }  // runtime destroyed: reads cancelled, frames (and their sockets) destroyed
-  EXPECT_EQ(open_fd_count(), before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);
 }
 
 }  // namespace

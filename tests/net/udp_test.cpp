@@ -237,10 +237,10 @@ TEST_P(NetUdp, ErrorsAndClose) {
   } catch (const std::system_error& e) {
     EXPECT_EQ(e.code().value(), EADDRINUSE);
   }
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   rt.block_on(close_socket(socket));
   EXPECT_FALSE(socket.is_open());
-  EXPECT_EQ(open_fd_count(), before - 1);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before - 1);
   EXPECT_EQ(rt.block_on(send_error(socket, 4, endpoint::loopback_v4(9))), EBADF);
 }
 

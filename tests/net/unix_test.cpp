@@ -213,7 +213,7 @@ TEST_P(NetUnix, PairsAreConnected) {
 }
 
 TEST_P(NetUnix, LeavesNoDescriptorBehind) {
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     const std::string path = unix_test_path("fds");
@@ -223,7 +223,7 @@ TEST_P(NetUnix, LeavesNoDescriptorBehind) {
               "ping over unix");
     EXPECT_EQ(join_bounded(rt.spawn(unix_pairs()), 30s), "abcddg");
   }
-  EXPECT_EQ(open_fd_count(), before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);
 }
 
 }  // namespace

@@ -191,13 +191,13 @@ TEST_P(NetVectored, ABurstOfSmallWritesIsOneOperation) {
 }
 
 TEST_P(NetVectored, LeavesNoDescriptorBehind) {
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     EXPECT_TRUE(join_bounded(rt.spawn(vectored_round_trip(64 * 1024, 4096)), 60s));
     EXPECT_EQ(join_bounded(rt.spawn(vectored_empty_lists()), 30s), 0u);
   }
-  EXPECT_EQ(open_fd_count(), before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);
 }
 
 }  // namespace

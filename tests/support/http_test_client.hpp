@@ -140,17 +140,4 @@ inline http_answer get(std::uint16_t port, std::string_view target) {
   return http_exchange(port, "GET " + std::string(target) + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
 }
 
-// Open file descriptors of this process.
-inline int open_descriptors() {
-  int count = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (const dirent* e = ::readdir(d)) {
-      if (e->d_name[0] != '.') ++count;
-    }
-    ::closedir(d);
-    --count;  // the directory's own descriptor
-  }
-  return count;
-}
-
 }  // namespace spindle::test

@@ -27,6 +27,7 @@
 #include "spindle/core/executor.hpp"
 #include "spindle/core/parker.hpp"
 #include "spindle/spindle.hpp"
+#include "support/descriptors.hpp"
 
 namespace spindle::testing {
 
