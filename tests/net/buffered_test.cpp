@@ -74,6 +74,36 @@ TEST_P(NetBuffered, ReadUntilStopsAtItsLimit) {
   EXPECT_EQ(join_bounded(rt.spawn(buffered_line_too_long()), 30s), EMSGSIZE);
 }
 
+// The stream ends while read_until holds an unterminated rest: after a line taken from the same
+// read (the rest is not at the buffer's front), and with the buffer full (it grows on the last
+// fill). The rest is handed out as it arrived (attack16: it came out shifted, "dcd" for "bcd",
+// and read freed memory when the buffer grew).
+task<std::vector<std::string>> buffered_rest_at_end_of_stream(std::string text,
+                                                               std::size_t capacity) {
+  auto [a, b] = unix_stream::pair();
+  co_await a.write_all(text);
+  a.shutdown(SHUT_WR);
+  buffered_reader reader(b, capacity);
+  std::vector<std::string> pieces;
+  for (;;) {
+    std::string piece;
+    if (co_await reader.read_until(piece, '\n') == 0) break;
+    pieces.push_back(std::move(piece));
+  }
+  co_return pieces;
+}
+
+TEST_P(NetBuffered, AnUnterminatedRestAtTheEndOfTheStreamIsHandedOutIntact) {
+  spindle::runtime rt(options());
+  EXPECT_EQ(join_bounded(rt.spawn(buffered_rest_at_end_of_stream("a\nbcd", 64)), 30s),
+            (std::vector<std::string>{"a\n", "bcd"}));
+  EXPECT_EQ(join_bounded(rt.spawn(buffered_rest_at_end_of_stream("abcdefgh", 8)), 30s),
+            std::vector<std::string>{"abcdefgh"});
+  EXPECT_EQ(join_bounded(rt.spawn(buffered_rest_at_end_of_stream("one\ntwo\nthree-is-long", 16)),
+                         30s),
+            (std::vector<std::string>{"one\n", "two\n", "three-is-long"}));
+}
+
 task<void> buffered_send_frames(unix_stream& stream, std::vector<std::vector<std::byte>> frames) {
   buffered_writer writer(stream, 64);
   for (const auto& frame : frames) co_await writer.write_frame(frame);

@@ -3,6 +3,7 @@
 // deadline that does not pass changes nothing, a deadline racing with the data's arrival never
 // loses or duplicates a byte, a cancellation wins over a deadline, and nothing leaks.
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -201,6 +202,46 @@ TEST_P(NetDeadline, ADeadlineFollowsTheRuntimeClock) {
   EXPECT_FALSE(reading.is_finished());
   clock.advance(std::chrono::milliseconds(2));
   EXPECT_EQ(join_bounded(std::move(reading), 30s), "timeout");
+}
+
+// A timeout too far for the clock's nanoseconds saturates: never, not a wrapped-around past
+// (attack16: after(seconds::max()) overflowed in the conversion and timed out at once), as
+// with_timeout and sleep_for do; a floating-point one too.
+TEST(NetDeadlineValue, AFarTimeoutSaturatesInsteadOfWrapping) {
+  const spindle::clock_time now{std::chrono::seconds(5)};
+  const spindle::clock_time never = spindle::clock_time::max();
+  EXPECT_EQ(deadline::after(std::chrono::hours::max()).resolve(now), never);
+  EXPECT_EQ(deadline::after(std::chrono::seconds::max()).resolve(now), never);
+  EXPECT_EQ(deadline::after(std::chrono::milliseconds::max()).resolve(now), never);
+  EXPECT_EQ(deadline::after(std::chrono::nanoseconds::max()).resolve(now), never);
+  EXPECT_EQ(deadline::after(std::chrono::duration<double>(1e300)).resolve(now), never);
+  EXPECT_LE(deadline::after(std::chrono::hours::min()).resolve(now), now);
+  EXPECT_LE(deadline::after(std::chrono::duration<double>(-1e300)).resolve(now), now);
+  // Within range: exact, a fraction of a nanosecond rounded up.
+  EXPECT_EQ(deadline::after(std::chrono::milliseconds(1500)).resolve(now), now + 1500ms);
+  EXPECT_EQ(deadline::after(std::chrono::duration<double, std::nano>(1.5)).resolve(now),
+            now + std::chrono::nanoseconds(2));
+}
+
+task<std::string> deadline_far_read(spindle::net::unix_stream& stream) {
+  std::array<std::byte, 4> buffer;
+  try {
+    const std::size_t n = co_await stream.read(buffer, deadline::after(std::chrono::seconds::max()));
+    co_return std::string(reinterpret_cast<const char*>(buffer.data()), n);
+  } catch (const timeout_error&) {
+    co_return "timeout";
+  }
+}
+
+TEST_P(NetDeadline, AReadWithAFarDeadlineWaitsForItsData) {
+  spindle::runtime rt(options());
+  auto [writer, reader] = spindle::net::unix_stream::pair();
+  auto reading = rt.spawn(deadline_far_read(reader));
+  // Waiting (its deadline armed), or, wrongly, already timed out.
+  ASSERT_TRUE(spindle::testing::eventually(
+      [&] { return reading.is_finished() || spindle::testing::armed_timers(rt) == 1; }));
+  ASSERT_EQ(::write(writer.native_handle(), "data", 4), 4);
+  EXPECT_EQ(join_bounded(std::move(reading), 30s), "data");
 }
 
 TEST_P(NetDeadline, LeavesNoDescriptorBehind) {

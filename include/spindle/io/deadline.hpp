@@ -31,9 +31,11 @@ class deadline {
   static constexpr deadline at(clock_time when) noexcept { return deadline(kind::absolute, when, {}); }
   // `timeout` after the call starts (rounded up to the clock's nanoseconds). A zero or negative
   // timeout has passed at once: the operation is still attempted and may complete (see above).
+  // One beyond the clock's range saturates (as with_timeout's and sleep_for's): seconds::max()
+  // never passes, instead of overflowing the conversion into a deadline already past.
   template <class Rep, class Period>
   static constexpr deadline after(std::chrono::duration<Rep, Period> timeout) noexcept {
-    return deadline(kind::relative, {}, std::chrono::ceil<clock_duration>(timeout));
+    return deadline(kind::relative, {}, saturating_ceil(timeout));
   }
 
   constexpr bool is_set() const noexcept { return kind_ != kind::unset; }
@@ -48,6 +50,18 @@ class deadline {
   }
 
  private:
+  // `timeout` in the clock's nanoseconds, rounded up; clock_duration::max() / min() beyond its
+  // range (and max() for NaN). The range is checked in long double, which holds every count of
+  // every integral unit and the clock's limits exactly enough to compare.
+  template <class Rep, class Period>
+  static constexpr clock_duration saturating_ceil(std::chrono::duration<Rep, Period> timeout) noexcept {
+    using wide = std::chrono::duration<long double, std::nano>;
+    const wide nanoseconds(timeout);
+    if (!(nanoseconds < wide(clock_duration::max()))) return clock_duration::max();
+    if (!(nanoseconds > wide(clock_duration::min()))) return clock_duration::min();
+    return std::chrono::ceil<clock_duration>(timeout);
+  }
+
   enum class kind : unsigned char { unset, absolute, relative };
   constexpr deadline(kind k, clock_time when, clock_duration timeout) noexcept
       : kind_(k), when_(when), timeout_(timeout) {}

@@ -124,7 +124,9 @@ class buffered_reader {
       if (available >= max_length) throw_too_long("read_until");
       const std::size_t filled = co_await fill(whole);
       if (filled == 0) {  // the stream ended: hand out the rest
-        out.append(begin, available);
+        // Read where fill() left it: it moved the rest to the front, or into a grown buffer, so
+        // `begin` no longer points at it.
+        out.append(reinterpret_cast<const char*>(buffer_.data() + start_), end_ - start_);
         start_ = end_ = 0;
         co_return available;
       }
