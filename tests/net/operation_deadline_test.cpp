@@ -55,6 +55,17 @@ task<unix_stream> deadline_connect_to(const unix_listener& listener) {
   co_return co_await unix_stream::connect(listener.local_endpoint());
 }
 
+// Ends the helper task of a race (the other side: clients, a sender), which refers to the racing
+// task's frame: cancelled when the race stopped early (`outcome` is not "ok"), awaited either way.
+task<std::string> end_race_helper(spindle::join_handle<void> helper, std::string outcome) {
+  if (outcome != "ok") helper.cancel();
+  try {
+    co_await std::move(helper);
+  } catch (const spindle::task_cancelled&) {
+  }
+  co_return outcome;
+}
+
 // --- accept -----------------------------------------------------------------------------------
 
 // An accept with nobody connecting times out after at least its deadline; then a connection made
@@ -140,12 +151,7 @@ task<std::string> accept_racing_connections(Listener listener, int count) {
     }
   }
   // The clients refer to `listener` and `window` in this frame: they end before it does.
-  if (outcome != "ok") clients.cancel();
-  try {
-    co_await std::move(clients);
-  } catch (const spindle::task_cancelled&) {
-  }
-  co_return outcome;
+  co_return co_await end_race_helper(std::move(clients), std::move(outcome));
 }
 
 TEST_P(NetOperationDeadline, TcpAcceptRacingArrivingConnectionsLosesNone) {
@@ -390,12 +396,7 @@ task<std::string> datagrams_racing_deadlines(Socket receiver, Socket sender, Add
     }
   }
   // The sender refers to `sender` and `window` in this frame: it ends before the frame does.
-  if (outcome != "ok") sending.cancel();
-  try {
-    co_await std::move(sending);
-  } catch (const spindle::task_cancelled&) {
-  }
-  co_return outcome;
+  co_return co_await end_race_helper(std::move(sending), std::move(outcome));
 }
 
 TEST_P(NetOperationDeadline, UdpDatagramsRacingDeadlinesAreNeverLost) {
