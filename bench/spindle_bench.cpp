@@ -12,13 +12,16 @@
 //
 // Each line: `spindle <workload> <param> <threads> <seconds> result=<value>` where a wrong result
 // is marked (WRONG), so ../shared/peers/run can put spindle beside the peers.
+#include <fcntl.h>
 #include <netdb.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <map>
@@ -670,6 +673,58 @@ measurement run_burst_vectored(long messages, int threads) {
   return run_burst_with(messages, threads, true);
 }
 
+// --- file-writes: small positioned writes to a file, one pwritev per burst or one pwrite each --
+// One task writes N records of burst_message_size bytes, one after the other, to a new file in
+// the temporary directory, in bursts of burst_length: as burst_length write_all_at calls
+// (`file-writes`) or as one write_all_at over a buffer_list (`file-writes-vectored`: one pwritev,
+// IORING_OP_WRITEV on io_uring). Prints mb_per_s= (payload megabytes per second). No fsync: the
+// figure is the cost of the calls, not of the disk. docs/design/io.md, "Vectored file writes".
+spindle::task<long> file_write_round(std::string path, long records, bool vectored) {
+  auto f = co_await spindle::io::file::open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::vector<std::byte> payload(burst_message_size * burst_length, std::byte{'x'});
+  std::vector<std::span<const std::byte>> pieces;
+  for (std::size_t i = 0; i < burst_length; ++i) {
+    pieces.emplace_back(payload.data() + i * burst_message_size, burst_message_size);
+  }
+  std::uint64_t offset = 0;
+  for (long written = 0; written < records; written += long(burst_length)) {
+    const std::size_t count = std::size_t(std::min<long>(long(burst_length), records - written));
+    if (vectored) {
+      co_await f.write_all_at(spindle::io::buffer_list(pieces.data(), count), offset);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {
+        co_await f.write_all_at(pieces[i], offset + i * burst_message_size);
+      }
+    }
+    offset += count * burst_message_size;
+  }
+  const long size = long(f.size());
+  co_await f.close();
+  co_return size;
+}
+
+measurement run_file_writes_with(long records, int threads, bool vectored) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("spindle-bench-file-" + std::to_string(::getpid()) + ".bin"))
+                               .string();
+  spindle::runtime rt(bench_options(threads));
+  rt.block_on(file_write_round(path, records / 10, vectored));  // warm-up
+  const auto start = bench_clock::now();
+  const long bytes = rt.block_on(file_write_round(path, records, vectored));
+  const double seconds = seconds_since(start);
+  std::filesystem::remove(path);
+  std::fprintf(stderr, "file-writes%s: %ld records of %zu bytes, %.1f MB/s\n",
+               vectored ? "-vectored" : "", records, burst_message_size,
+               double(bytes) / seconds / 1e6);
+  return {seconds, bytes, records * long(burst_message_size)};
+}
+measurement run_file_writes(long records, int threads) {
+  return run_file_writes_with(records, threads, false);
+}
+measurement run_file_writes_vectored(long records, int threads) {
+  return run_file_writes_with(records, threads, true);
+}
+
 // --- resolve: net::resolve of a numeric host and of "localhost" (/etc/hosts) -----------------
 // `resolve-numeric N` / `resolve-localhost N`: one task resolves N times, one lookup after the
 // other (per-call latency: p50 and p99 on stderr, beside the same getaddrinfo called directly
@@ -783,6 +838,8 @@ const std::map<std::string, workload>& workloads() {
       {"trace-events", {&run_trace_events, 10000000}},
       {"burst", {&run_burst, 1000000}},
       {"burst-vectored", {&run_burst_vectored, 1000000}},
+      {"file-writes", {&run_file_writes, 1000000}},
+      {"file-writes-vectored", {&run_file_writes_vectored, 1000000}},
       {"resolve-numeric", {&run_resolve_numeric, 1000000}},
       {"resolve-localhost", {&run_resolve_localhost, 10000}},
       {"resolve-concurrent", {&run_resolve_concurrent, 20000}},

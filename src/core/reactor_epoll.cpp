@@ -80,6 +80,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,6 +129,7 @@ direction direction_of(const io_operation* op) noexcept {
     case io_opcode::accept:
       return direction::read;
     case io_opcode::write:
+    case io_opcode::writev:
     case io_opcode::send:
     case io_opcode::sendmsg:
     case io_opcode::connect:
@@ -448,6 +450,33 @@ class epoll_reactor final : public reactor {
         }
         const std::size_t length = gate ? std::min<std::size_t>(op->length, PIPE_BUF) : op->length;
         return result_of(::write(fd, op->buffer, length));
+      }
+      case io_opcode::writev: {
+        // As write, with the iovecs.
+        auto* vectors = static_cast<iovec*>(op->buffer);
+        const int count = int(op->length);
+        if (state.blocking && state.socket) {
+          msghdr message{};
+          message.msg_iov = vectors;
+          message.msg_iovlen = std::size_t(count);
+          return result_of(::sendmsg(fd, &message, MSG_DONTWAIT));
+        }
+        if (gate && !ready_now(fd, POLLOUT)) return not_ready;
+        if (op->offset >= 0) {
+          const std::int32_t result = result_of(::pwritev(fd, vectors, count, op->offset));
+          if (result != -ESPIPE) return result;
+        }
+        if (gate) {
+          // A blocking pipe or the like: POLLOUT promises room for PIPE_BUF bytes, so one write
+          // of at most that many from the first non-empty iovec (a short write) cannot block.
+          for (int i = 0; i < count; ++i) {
+            if (vectors[i].iov_len == 0) continue;
+            return result_of(
+                ::write(fd, vectors[i].iov_base, std::min<std::size_t>(vectors[i].iov_len, PIPE_BUF)));
+          }
+          return 0;
+        }
+        return result_of(::writev(fd, vectors, count));
       }
       case io_opcode::recv:
         return result_of(::recv(fd, op->buffer, op->length, op->flags | MSG_DONTWAIT));

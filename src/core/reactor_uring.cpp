@@ -339,6 +339,10 @@ class uring_reactor final : public reactor {
         io_uring_prep_statx(sqe, op->fd, op->path, op->flags, op->length,
                             static_cast<struct statx*>(op->buffer));
         break;
+      case io_opcode::writev:
+        io_uring_prep_writev(sqe, op->fd, static_cast<const iovec*>(op->buffer), op->length,
+                             offset);
+        break;
     }
   }
 

@@ -12,9 +12,11 @@
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "spindle/io/io_wait.hpp"
 #include "spindle/task/cancellation.hpp"
+#include "io/buffer_vectors.hpp"
 
 namespace spindle::io {
 namespace {
@@ -66,6 +68,20 @@ core::io_operation transfer_operation(core::io_opcode opcode, int fd, const void
   op.offset = offset;
   return op;
 }
+
+// One writev of the batch `vectors` (which lives in the caller's frame until the await ends).
+core::io_operation vectored_write_operation(int fd, std::vector<iovec>& vectors,
+                                            std::int64_t offset) noexcept {
+  core::io_operation op{};
+  op.opcode = core::io_opcode::writev;
+  op.fd = fd;
+  op.buffer = vectors.data();
+  op.length = std::uint32_t(vectors.size());
+  op.offset = offset;
+  return op;
+}
+
+static_assert(file::max_transfer == detail::max_batch_bytes);
 
 }  // namespace
 
@@ -128,6 +144,35 @@ task<void> file::write_all_at(std::span<const std::byte> buffer, std::uint64_t o
     const std::size_t n = co_await write_at(buffer.subspan(done), offset + done);
     if (n == 0) throw std::system_error(EIO, std::system_category(), "spindle: pwrite: no progress");
     done += n;
+  }
+}
+
+task<std::size_t> file::write_vectored_at(buffer_list buffers, std::uint64_t offset) {
+  const std::int64_t at = checked_offset(offset, "pwritev");
+  std::vector<iovec> vectors;
+  detail::fill_vectors(buffers, {}, vectors);
+  if (vectors.empty()) co_return 0;
+  const std::int32_t result =
+      co_await submit_retrying(vectored_write_operation(fd_, vectors, at), POLLOUT);
+  if (result < 0) throw_error(-result, "pwritev");
+  co_return std::size_t(result);
+}
+
+task<void> file::write_all_at(buffer_list buffers, std::uint64_t offset) {
+  std::vector<iovec> vectors;
+  detail::vector_position position;
+  detail::fill_vectors(buffers, position, vectors);
+  std::uint64_t at = offset;
+  while (!vectors.empty()) {
+    const std::int32_t result = co_await submit_retrying(
+        vectored_write_operation(fd_, vectors, checked_offset(at, "pwritev")), POLLOUT);
+    if (result < 0) throw_error(-result, "pwritev");
+    if (result == 0) {
+      throw std::system_error(EIO, std::system_category(), "spindle: pwritev: no progress");
+    }
+    detail::advance(buffers, position, std::size_t(result));
+    at += std::uint64_t(result);
+    detail::fill_vectors(buffers, position, vectors);
   }
 }
 

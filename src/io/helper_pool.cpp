@@ -89,7 +89,8 @@ helper_job::~helper_job() {
   if (done_fd_ >= 0) ::close(done_fd_);
 }
 
-task<void> run_on_helper(std::shared_ptr<helper_job> job, helper_pool_kind kind) {
+task<bool> run_on_helper(std::shared_ptr<helper_job> job, helper_pool_kind kind,
+                         std::optional<clock_time> when) {
   current_reactor();  // usage_error off a worker, before anything is queued
   helper_pool::instance(kind).submit(job);
   // `value` and `op` live in this frame until the read's final completion (io_wait.hpp); `job`
@@ -101,15 +102,16 @@ task<void> run_on_helper(std::shared_ptr<helper_job> job, helper_pool_kind kind)
     op.fd = job->done_fd();
     op.buffer = &value;
     op.length = sizeof value;
-    const std::int32_t result = co_await submit_and_wait(op);
-    if (result == sizeof value && job->is_done()) co_return;
+    const std::int32_t result = co_await submit_and_wait(op, when);
+    if (result == deadline_expired) co_return false;
+    if (result == sizeof value && job->is_done()) co_return true;
     if (result == sizeof value) continue;  // cannot happen: only the helper writes, after run()
     if (result == -EAGAIN) {
       core::io_operation ready{};
       ready.opcode = core::io_opcode::poll;
       ready.fd = job->done_fd();
       ready.flags = POLLIN;
-      (void)co_await submit_and_wait(ready);
+      if (co_await submit_and_wait(ready, when) == deadline_expired) co_return false;
       continue;
     }
     if (result != -EINTR) {

@@ -23,6 +23,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+
+#include "spindle/core/clock.hpp"
 
 #include "spindle/task/task.hpp"
 
@@ -54,8 +57,11 @@ enum class helper_pool_kind : std::uint8_t { files, resolver };
 // The most threads the resolver pool starts (net/resolve.hpp repeats it as net::resolver_threads).
 inline constexpr unsigned resolver_helper_threads = 8;
 
-// Queues `job` on the pool `kind` and waits (through the reactor) until it has run.
-task<void> run_on_helper(std::shared_ptr<helper_job> job,
-                         helper_pool_kind kind = helper_pool_kind::files);
+// Queues `job` on the pool `kind` and waits (through the reactor) until it has run: true. With a
+// deadline (`when`, on the runtime's clock), false when it passed first: the wait was cancelled
+// and the job is left to the helper, which finishes it and frees it, as for a cancelled task.
+task<bool> run_on_helper(std::shared_ptr<helper_job> job,
+                         helper_pool_kind kind = helper_pool_kind::files,
+                         std::optional<clock_time> when = std::nullopt);
 
 }  // namespace spindle::io::detail

@@ -1,5 +1,5 @@
 // Pieces shared by the net sources (private to src/net): errors, socket creation, building
-// reactor operations, and the retry classification every call uses.
+// reactor operations, the retry classification every call uses, and deadlines.
 //
 // Retry policy (the same for both reactor backends and for results rewritten by a fault hook):
 //   -EINTR                 -> submit the same operation again;
@@ -7,6 +7,9 @@
 //                             accept, POLLOUT for writes and connect), then submit again.
 // Every buffer, address and msghdr handed to the kernel lives in the calling coroutine's frame
 // or in caller memory that outlives the await.
+// Deadlines (io/deadline.hpp): a call resolves its `deadline` once, at its start
+// (resolve_limit), hands the same absolute time to every await of the call, and turns an await
+// the deadline cancelled into timeout_error (checked).
 #pragma once
 
 #include <poll.h>
@@ -16,9 +19,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #include "spindle/core/reactor.hpp"
+#include "spindle/io/io_wait.hpp"
 #include "spindle/net/net.hpp"
+#include "spindle/time/timeout.hpp"
 
 namespace spindle::net::detail {
 
@@ -78,6 +84,18 @@ inline core::io_operation make_poll(int fd, short events) noexcept {
 inline void check_poll(std::int32_t result) {
   if (result >= 0 || result == -EINTR || would_block(result)) return;
   throw_error(-result, "poll");
+}
+
+// The absolute deadline of a call (the clock read on the worker, at the call's start), or none.
+inline std::optional<clock_time> resolve_limit(io::deadline limit) {
+  if (!limit.is_set()) return std::nullopt;
+  return limit.resolve(io::current_time());
+}
+
+// Throws timeout_error for an await its deadline cancelled; other results pass through.
+inline std::int32_t checked(std::int32_t result) {
+  if (result == io::deadline_expired) throw timeout_error();
+  return result;
 }
 
 }  // namespace spindle::net::detail

@@ -21,7 +21,9 @@
 #include "spindle/core/errors.hpp"
 #include "spindle/task/cancellation.hpp"
 #include "spindle/task/spawned_task.hpp"
+#include "spindle/time/timeout.hpp"
 #include "io/helper_pool.hpp"
+#include "net/net_common.hpp"
 
 namespace spindle::net {
 
@@ -137,7 +139,7 @@ void detail::set_resolve_hook(resolve_hook hook) noexcept {
 }
 
 task<std::vector<endpoint>> resolve(std::string host, std::uint16_t port,
-                                    resolve_options options) {
+                                    resolve_options options, deadline limit) {
   if (host.empty() || host.find('\0') != std::string::npos) {
     throw usage_error("spindle: resolve: not a host name: \"" + host + "\"");
   }
@@ -152,21 +154,27 @@ task<std::vector<endpoint>> resolve(std::string host, std::uint16_t port,
       current != nullptr && current->cancellation_requested()) {
     throw task_cancelled();
   }
+  const std::optional<clock_time> when = detail::resolve_limit(limit);
   auto job = std::make_shared<resolve_job>(std::move(host), port, options);
-  co_await io::detail::run_on_helper(job, io::detail::helper_pool_kind::resolver);
+  if (!co_await io::detail::run_on_helper(job, io::detail::helper_pool_kind::resolver, when)) {
+    throw timeout_error();
+  }
   if (job->status != 0) throw_resolve_error(*job);
   co_return std::move(job->addresses);
 }
 
-task<tcp_stream> tcp_stream::connect(std::string host, std::uint16_t port) {
+task<tcp_stream> tcp_stream::connect(std::string host, std::uint16_t port, deadline limit) {
+  // One absolute deadline for the lookup and every attempt (resolve.hpp).
+  const std::optional<clock_time> when = detail::resolve_limit(limit);
+  const deadline whole = when ? deadline::at(*when) : deadline::none();
   const resolve_options options{};  // a named local: no aggregate in a co_await operand (g++ 12)
-  const std::vector<endpoint> addresses = co_await resolve(host, port, options);
+  const std::vector<endpoint> addresses = co_await resolve(host, port, options, whole);
   std::error_code last;
   for (const endpoint& address : addresses) {
     try {
-      co_return co_await connect(address);
+      co_return co_await connect(address, whole);
     } catch (const std::system_error& failure) {
-      last = failure.code();  // try the next address; task_cancelled is not caught
+      last = failure.code();  // try the next address; task_cancelled, timeout_error not caught
     }
   }
   throw std::system_error(last, "spindle: connect \"" + host + "\" port " + std::to_string(port) +

@@ -1,17 +1,19 @@
 // Stream socket calls shared by tcp_stream and unix_stream (src/net/stream_calls.hpp).
 #include "net/stream_calls.hpp"
 
-#include <limits.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "spindle/io/io_wait.hpp"
+#include "io/buffer_vectors.hpp"
+#include "spindle/net/unix.hpp"
+#include "spindle/time/sleep.hpp"
 #include "spindle/time/timeout.hpp"
 #include "net/net_common.hpp"
 
@@ -19,59 +21,15 @@ namespace spindle::net::detail {
 
 using core::io_opcode;
 using core::io_operation;
+using io::detail::advance;
+using io::detail::fill_vectors;
+using io::detail::vector_position;
 
 namespace {
 
-// The absolute deadline of a call (read on the worker, at its start), or none.
-std::optional<clock_time> resolve_limit(io::deadline limit) {
-  if (!limit.is_set()) return std::nullopt;
-  return limit.resolve(io::current_time());
-}
-
-// Throws timeout_error for an await its deadline cancelled; other results pass through.
-std::int32_t checked(std::int32_t result) {
-  if (result == io::deadline_expired) throw timeout_error();
-  return result;
-}
-
-// Bytes one sendmsg may carry: the result is an int32 (and Linux stops at 0x7ffff000 anyway).
-constexpr std::size_t max_message = 0x7ffff000;
-
-// Where a vectored write stands: buffers[index] from byte `offset` on is still to be sent.
-struct vector_position {
-  std::size_t index = 0;
-  std::size_t offset = 0;
-};
-
-// Fills `vectors` (cleared first) with what is left from `at`, at most IOV_MAX entries and
-// max_message bytes, skipping empty buffers.
-void fill_vectors(buffer_list buffers, vector_position at, std::vector<iovec>& vectors) {
-  vectors.clear();
-  std::size_t total = 0;
-  for (std::size_t i = at.index; i < buffers.size() && vectors.size() < std::size_t(IOV_MAX); ++i) {
-    const std::size_t skip = i == at.index ? at.offset : 0;
-    std::size_t length = buffers[i].size() - skip;
-    if (length == 0) continue;
-    length = std::min(length, max_message - total);
-    vectors.push_back(iovec{const_cast<std::byte*>(buffers[i].data() + skip), length});
-    total += length;
-    if (total == max_message) break;
-  }
-}
-
-// Moves `at` past `sent` bytes (and past empty buffers).
-void advance(buffer_list buffers, vector_position& at, std::size_t sent) {
-  while (at.index < buffers.size()) {
-    const std::size_t left = buffers[at.index].size() - at.offset;
-    if (sent < left) {
-      at.offset += sent;
-      return;
-    }
-    sent -= left;
-    ++at.index;
-    at.offset = 0;
-  }
-}
+// How long accept waits before trying again when the process or system is out of file
+// descriptors (or socket memory): the pending connection stays queued in the meantime.
+constexpr auto fd_exhaustion_pause = std::chrono::milliseconds(10);
 
 }  // namespace
 
@@ -130,9 +88,39 @@ task<std::size_t> stream_write(int fd, std::span<const std::byte> buffer, io::de
 }
 
 task<void> stream_write_all(int fd, std::span<const std::byte> buffer, io::deadline limit) {
-  // One buffer is a list of one: the same loop (and the same speculative send on epoll).
-  const std::span<const std::byte> one[1] = {buffer};
-  co_await stream_write_all_vectored(fd, buffer_list(one), limit);
+  if (fd < 0) throw_error(EBADF, "send");
+  const std::optional<clock_time> when = resolve_limit(limit);
+  std::size_t done = 0;
+  // The speculative send on epoll: see the top of stream_calls.hpp.
+  if (!buffer.empty() && io::current_reactor().backend() == core::io_backend::epoll) {
+    for (;;) {
+      const ssize_t sent =
+          ::send(fd, buffer.data() + done, buffer.size() - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (sent > 0) {
+        done += static_cast<std::size_t>(sent);
+        if (done == buffer.size()) co_return;
+        continue;
+      }
+      if (sent < 0 && errno == EINTR) continue;
+      if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) throw_errno("send");
+      break;
+    }
+  }
+  while (done < buffer.size()) {
+    // send: the reactor adds MSG_NOSIGNAL (a gone peer is EPIPE, not SIGPIPE).
+    const std::span<const std::byte> rest = buffer.subspan(done);
+    io_operation op = make_transfer(io_opcode::send, fd, rest.data(), rest.size());
+    const std::int32_t result = checked(co_await io::submit_and_wait(op, when));
+    if (result > 0) {
+      done += static_cast<std::size_t>(result);
+      continue;
+    }
+    if (result < 0 && result != -EINTR && !would_block(result)) throw_error(-result, "send");
+    if (result != -EINTR) {  // would block (or sent nothing): wait for room
+      io_operation ready = make_poll(fd, POLLOUT);
+      check_poll(checked(co_await io::submit_and_wait(ready, when)));
+    }
+  }
 }
 
 task<std::size_t> stream_write_vectored(int fd, buffer_list buffers, io::deadline limit) {
@@ -166,7 +154,7 @@ task<void> stream_write_all_vectored(int fd, buffer_list buffers, io::deadline l
   fill_vectors(buffers, at, vectors);
   if (vectors.empty()) co_return;
   const std::optional<clock_time> when = resolve_limit(limit);
-  // epoll: a speculative sendmsg first, as tcp_stream::write_all's send (tcp.cpp says why);
+  // epoll: a speculative sendmsg first, as stream_write_all's send (stream_calls.hpp says why);
   // io_uring: every sendmsg through the ring, batched with the slice's other submissions.
   bool speculative = io::current_reactor().backend() == core::io_backend::epoll;
   while (!vectors.empty()) {
@@ -198,5 +186,34 @@ task<void> stream_write_all_vectored(int fd, buffer_list buffers, io::deadline l
     }
   }
 }
+
+template <class Stream>
+task<Stream> accept_stream(int fd, io::deadline limit) {
+  if (fd < 0) throw_error(EBADF, "accept");
+  const std::optional<clock_time> when = resolve_limit(limit);
+  for (;;) {
+    // No address requested: remote_endpoint() asks the kernel when someone wants it.
+    io_operation op = make_operation(io_opcode::accept, fd);
+    const std::int32_t result = checked(co_await io::submit_and_wait(op, when));
+    if (result >= 0) co_return Stream(result);
+    const int error = -result;
+    if (error == EINTR || error == ECONNABORTED || error == EPROTO) continue;
+    if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
+      // Out of descriptors: pause, never past the deadline (once it has passed, the connection
+      // stays in the backlog and the call times out).
+      clock_time resume = io::current_time() + fd_exhaustion_pause;
+      if (when && *when < resume) resume = *when;
+      co_await sleep_until(resume);
+      if (when && io::current_time() >= *when) throw timeout_error();
+      continue;
+    }
+    if (!would_block(result)) throw_error(error, "accept");
+    io_operation ready = make_poll(fd, POLLIN);
+    check_poll(checked(co_await io::submit_and_wait(ready, when)));
+  }
+}
+
+template task<tcp_stream> accept_stream<tcp_stream>(int fd, io::deadline limit);
+template task<unix_stream> accept_stream<unix_stream>(int fd, io::deadline limit);
 
 }  // namespace spindle::net::detail

@@ -1,14 +1,11 @@
-// udp_socket (include/spindle/net/net.hpp), on io::submit_and_wait with sendmsg/recvmsg.
-// Retry policy and buffer lifetimes: net_common.hpp.
-#include <sys/uio.h>
-
-#include <cerrno>
-#include <stdexcept>
+// udp_socket (include/spindle/net/net.hpp): the calls are datagram_calls.hpp's (sendmsg/recvmsg
+// on io::submit_and_wait). Retry policy and buffer lifetimes: net_common.hpp.
+#include <cstring>
 #include <utility>
 
 #include "spindle/core/errors.hpp"
-#include "spindle/io/io_wait.hpp"
 #include "spindle/net/net.hpp"
+#include "net/datagram_calls.hpp"
 #include "net/net_common.hpp"
 
 namespace spindle::net {
@@ -38,60 +35,19 @@ udp_socket udp_socket::bind(endpoint local) {
   return socket;
 }
 
-task<std::size_t> udp_socket::send_to(std::span<const std::byte> datagram, endpoint remote) {
-  if (fd_ < 0) detail::throw_error(EBADF, "sendmsg");
-  if (remote.native_length() == 0) {
-    throw usage_error("spindle: udp_socket::send_to an unspecified endpoint");
-  }
-  // The iovec, the msghdr and `remote` (a parameter) live in this frame until the kernel is done.
-  iovec vector{const_cast<std::byte*>(datagram.data()), datagram.size()};
-  for (;;) {
-    msghdr message{};
-    message.msg_name = remote.native();
-    message.msg_namelen = remote.native_length();
-    message.msg_iov = &vector;
-    message.msg_iovlen = 1;
-    io_operation op = detail::make_operation(io_opcode::sendmsg, fd_);
-    op.message = &message;
-    const std::int32_t result = co_await io::submit_and_wait(op);
-    if (result >= 0) co_return static_cast<std::size_t>(result);
-    if (result == -EINTR) continue;
-    if (!detail::would_block(result)) detail::throw_error(-result, "sendmsg");
-    io_operation ready = detail::make_poll(fd_, POLLOUT);
-    detail::check_poll(co_await io::submit_and_wait(ready));
-  }
+// The datagram calls are shared with unix_datagram (datagram_calls.hpp). These forward rather
+// than await, so no extra coroutine frame is made; the destination is copied into the shared
+// call's frame.
+task<std::size_t> udp_socket::send_to(std::span<const std::byte> datagram, endpoint remote,
+                                      deadline limit) {
+  sockaddr_storage destination{};
+  std::memcpy(&destination, remote.native(), remote.native_length());
+  return detail::datagram_send_to(fd_, datagram, destination, remote.native_length(),
+                                  "spindle: udp_socket::send_to an unspecified endpoint", limit);
 }
 
-task<udp_socket::received> udp_socket::receive_from(std::span<std::byte> buffer) {
-  if (fd_ < 0) detail::throw_error(EBADF, "recvmsg");
-  iovec vector{buffer.data(), buffer.size()};
-  sockaddr_storage sender{};
-  for (;;) {
-    msghdr message{};
-    message.msg_name = &sender;
-    message.msg_namelen = sizeof sender;
-    message.msg_iov = &vector;
-    message.msg_iovlen = 1;
-    io_operation op = detail::make_operation(io_opcode::recvmsg, fd_);
-    op.message = &message;
-    // MSG_TRUNC: the result is the datagram's real length, so truncation shows on every backend
-    // (whether or not it copies msg_flags back).
-    op.flags = MSG_TRUNC;
-    const std::int32_t result = co_await io::submit_and_wait(op);
-    if (result >= 0) {
-      const auto length = static_cast<std::size_t>(result);
-      const bool truncated = length > buffer.size() || (message.msg_flags & MSG_TRUNC) != 0;
-      // msg_namelen may not be copied back by every backend: the family tells the length.
-      co_return received{truncated ? buffer.size() : length,
-                         endpoint::from_native(reinterpret_cast<const sockaddr*>(&sender),
-                                               sizeof sender),
-                         truncated};
-    }
-    if (result == -EINTR) continue;
-    if (!detail::would_block(result)) detail::throw_error(-result, "recvmsg");
-    io_operation ready = detail::make_poll(fd_, POLLIN);
-    detail::check_poll(co_await io::submit_and_wait(ready));
-  }
+task<udp_socket::received> udp_socket::receive_from(std::span<std::byte> buffer, deadline limit) {
+  return detail::datagram_receive_from<received>(fd_, buffer, limit);
 }
 
 task<void> udp_socket::close() {

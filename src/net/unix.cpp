@@ -1,19 +1,17 @@
-// Unix domain sockets (include/spindle/net/unix.hpp). Stream calls: stream_calls.hpp; retry
-// policy and buffer lifetimes: net_common.hpp.
+// Unix domain sockets (include/spindle/net/unix.hpp). Stream calls and accept: stream_calls.hpp;
+// datagram calls: datagram_calls.hpp; retry policy and buffer lifetimes: net_common.hpp.
 #include "spindle/net/unix.hpp"
 
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <optional>
 
 #include "spindle/core/errors.hpp"
 #include "spindle/io/io_wait.hpp"
-#include "spindle/time/sleep.hpp"
+#include "net/datagram_calls.hpp"
 #include "net/net_common.hpp"
 #include "net/stream_calls.hpp"
 
@@ -25,16 +23,6 @@ using core::io_operation;
 namespace {
 
 constexpr std::size_t max_name = sizeof(sockaddr_un::sun_path) - 1;  // 107
-
-std::optional<clock_time> resolve_unix_limit(deadline limit) {
-  if (!limit.is_set()) return std::nullopt;
-  return limit.resolve(io::current_time());
-}
-
-std::int32_t checked_unix(std::int32_t result) {
-  if (result == io::deadline_expired) throw timeout_error();
-  return result;
-}
 
 unix_endpoint unix_socket_name(int fd, bool peer) {
   sockaddr_un address{};
@@ -151,13 +139,13 @@ unix_stream::~unix_stream() { detail::close_quietly(fd_); }
 task<unix_stream> unix_stream::connect(unix_endpoint remote, deadline limit) {
   // `remote` is a parameter: it lives in this frame, which the address points into.
   if (remote.is_unnamed()) throw usage_error("spindle: unix_stream::connect to an unnamed endpoint");
-  const std::optional<clock_time> when = resolve_unix_limit(limit);
+  const std::optional<clock_time> when = detail::resolve_limit(limit);
   unix_stream stream(detail::open_socket(AF_UNIX, SOCK_STREAM));
   for (;;) {
     io_operation op = detail::make_operation(io_opcode::connect, stream.fd_);
     op.address = const_cast<sockaddr*>(remote.native());
     op.connect_length = remote.native_length();
-    const std::int32_t result = checked_unix(co_await io::submit_and_wait(op, when));
+    const std::int32_t result = detail::checked(co_await io::submit_and_wait(op, when));
     if (result == 0 || result == -EISCONN) co_return stream;
     if (result == -EINTR) continue;
     // EAGAIN (a full backlog) included: nothing on this socket would announce room.
@@ -234,23 +222,7 @@ unix_listener unix_listener::bind(unix_endpoint local, int backlog) {
 }
 
 task<unix_stream> unix_listener::accept(deadline limit) {
-  if (fd_ < 0) detail::throw_error(EBADF, "accept");
-  const std::optional<clock_time> when = resolve_unix_limit(limit);
-  for (;;) {
-    io_operation op = detail::make_operation(io_opcode::accept, fd_);
-    const std::int32_t result = checked_unix(co_await io::submit_and_wait(op, when));
-    if (result >= 0) co_return unix_stream(result);
-    const int error = -result;
-    if (error == EINTR || error == ECONNABORTED || error == EPROTO) continue;
-    if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
-      // As tcp_listener::accept: the connection waits in the backlog; try again shortly.
-      co_await sleep_for(std::chrono::milliseconds(10));
-      continue;
-    }
-    if (!detail::would_block(result)) detail::throw_error(error, "accept");
-    io_operation ready = detail::make_poll(fd_, POLLIN);
-    detail::check_poll(checked_unix(co_await io::submit_and_wait(ready, when)));
-  }
+  return detail::accept_stream<unix_stream>(fd_, limit);
 }
 
 task<void> unix_listener::close() {
@@ -303,29 +275,15 @@ std::pair<unix_datagram, unix_datagram> unix_datagram::pair() {
   return result;
 }
 
+// The datagram calls are shared with udp_socket (datagram_calls.hpp); the destination is copied
+// into the shared call's frame.
 task<std::size_t> unix_datagram::send_to(std::span<const std::byte> datagram, unix_endpoint remote,
                                          deadline limit) {
-  if (fd_ < 0) detail::throw_error(EBADF, "sendmsg");
-  if (remote.is_unnamed()) throw usage_error("spindle: unix_datagram::send_to an unnamed endpoint");
-  const std::optional<clock_time> when = resolve_unix_limit(limit);
-  // The iovec, the msghdr and `remote` (a parameter) live in this frame until the kernel is done.
-  iovec vector{const_cast<std::byte*>(datagram.data()), datagram.size()};
-  for (;;) {
-    msghdr message{};
-    message.msg_name = const_cast<sockaddr*>(remote.native());
-    message.msg_namelen = remote.native_length();
-    message.msg_iov = &vector;
-    message.msg_iovlen = 1;
-    io_operation op = detail::make_operation(io_opcode::sendmsg, fd_);
-    op.message = &message;
-    const std::int32_t result = checked_unix(co_await io::submit_and_wait(op, when));
-    if (result >= 0) co_return static_cast<std::size_t>(result);
-    if (result == -EINTR) continue;
-    if (!detail::would_block(result)) detail::throw_error(-result, "sendmsg");
-    // The receiver's queue is full: unix datagram sockets report writable once it drains.
-    io_operation ready = detail::make_poll(fd_, POLLOUT);
-    detail::check_poll(checked_unix(co_await io::submit_and_wait(ready, when)));
-  }
+  static_assert(sizeof(sockaddr_un) <= sizeof(sockaddr_storage));
+  sockaddr_storage destination{};
+  std::memcpy(&destination, remote.native(), remote.native_length());
+  return detail::datagram_send_to(fd_, datagram, destination, remote.native_length(),
+                                  "spindle: unix_datagram::send_to an unnamed endpoint", limit);
 }
 
 task<std::size_t> unix_datagram::send(std::span<const std::byte> datagram, deadline limit) {
@@ -334,38 +292,7 @@ task<std::size_t> unix_datagram::send(std::span<const std::byte> datagram, deadl
 
 task<unix_datagram::received> unix_datagram::receive_from(std::span<std::byte> buffer,
                                                           deadline limit) {
-  if (fd_ < 0) detail::throw_error(EBADF, "recvmsg");
-  const std::optional<clock_time> when = resolve_unix_limit(limit);
-  iovec vector{buffer.data(), buffer.size()};
-  sockaddr_un sender{};
-  for (;;) {
-    sender.sun_family = AF_UNIX;  // stays so for an unnamed sender (msg_namelen 0)
-    msghdr message{};
-    message.msg_name = &sender;
-    message.msg_namelen = sizeof sender;
-    message.msg_iov = &vector;
-    message.msg_iovlen = 1;
-    io_operation op = detail::make_operation(io_opcode::recvmsg, fd_);
-    op.message = &message;
-    op.flags = MSG_TRUNC;  // the result is the datagram's real length (udp.cpp)
-    const std::int32_t result = checked_unix(co_await io::submit_and_wait(op, when));
-    if (result >= 0) {
-      const auto length = static_cast<std::size_t>(result);
-      const bool truncated = length > buffer.size() || (message.msg_flags & MSG_TRUNC) != 0;
-      // Both backends copy msg_namelen back (recvmsg(2) semantics); an abstract name's length
-      // is only known from it. An unnamed sender gives just the family (or 0).
-      co_return received{truncated ? buffer.size() : length,
-                         unix_endpoint::from_native(reinterpret_cast<const sockaddr*>(&sender),
-                                                    message.msg_namelen == 0
-                                                        ? socklen_t(sizeof(sa_family_t))
-                                                        : message.msg_namelen),
-                         truncated};
-    }
-    if (result == -EINTR) continue;
-    if (!detail::would_block(result)) detail::throw_error(-result, "recvmsg");
-    io_operation ready = detail::make_poll(fd_, POLLIN);
-    detail::check_poll(checked_unix(co_await io::submit_and_wait(ready, when)));
-  }
+  return detail::datagram_receive_from<received>(fd_, buffer, limit);
 }
 
 task<void> unix_datagram::close() {

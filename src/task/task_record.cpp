@@ -68,6 +68,7 @@ const char* io_verb(std::uint64_t opcode) noexcept {
     case core::io_opcode::poll: return "poll";
     case core::io_opcode::close: return "close";
     case core::io_opcode::statx: return "statx";
+    case core::io_opcode::writev: return "writev";
   }
   return "io";
 }

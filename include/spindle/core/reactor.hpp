@@ -60,6 +60,7 @@ enum class io_opcode : std::uint8_t {
   poll,      // wait until fd is readable (flags = POLLIN) or writable (POLLOUT); result: revents
   close,     // close(fd)
   statx,     // statx(fd as dirfd, path, flags, length as mask, buffer as struct statx*)
+  writev,    // pwritev(fd, buffer as const iovec*, length as the iovec count) at `offset`
 };
 
 struct io_operation {

@@ -24,6 +24,12 @@
 //     don't, or pass O_NONBLOCK.
 //   - read_at / write_at: one io_opcode::read / io_opcode::write at the offset. The length of
 //     one operation is capped at max_transfer bytes (a longer buffer gives a short transfer).
+//   - write_vectored_at: one io_opcode::writev (pwritev(2); IORING_OP_WRITEV) of up to IOV_MAX
+//     buffers and max_transfer bytes, written one after the other from the offset; the
+//     buffer_list (io/buffer_list.hpp) is the sockets' type. write_all_at over a list loops over
+//     such batches, resuming at the exact byte a short write stopped at (inside a buffer or
+//     across a boundary, and beyond IOV_MAX buffers). Empty buffers are skipped; an empty list
+//     writes nothing and makes no system call.
 //   - sync / sync_data: io_opcode::fsync, without / with IORING_FSYNC_DATASYNC (fdatasync).
 //   - close: io_opcode::close.
 //   - size: ::fstat, synchronously.
@@ -31,12 +37,13 @@
 // are always "ready" for epoll); io_uring performs them asynchronously.
 //
 // Errors: every failure is std::system_error(errno, std::system_category(), "spindle: <call>")
-// with <call> one of open, pread, pwrite, fsync, fdatasync, close, fstat, poll. EINTR and
+// with <call> one of open, pread, pwrite, pwritev, fsync, fdatasync, close, fstat, poll. EINTR and
 // EAGAIN are never reported: the operation is retried (after waiting for readiness with
 // io_opcode::poll in the EAGAIN case, which only non-regular files such as FIFOs opened with
 // O_NONBLOCK produce). read_exact_at reports an end of file before the whole range was read as
 // system_error(ENODATA, "spindle: pread: unexpected end of file"); write_all_at reports a write
-// that made no progress as system_error(EIO, "spindle: pwrite: no progress").
+// that made no progress as system_error(EIO, "spindle: pwrite: no progress") ("pwritev" for a
+// list).
 //
 // Cancellation: every operation is a cancellation point (task/cancellation.hpp). A task cancelled
 // while an operation is in flight gets task_cancelled once the kernel gave the operation up
@@ -56,6 +63,7 @@
 #include <span>
 #include <string>
 
+#include "spindle/io/buffer_list.hpp"
 #include "spindle/task/task.hpp"
 
 namespace spindle::io {
@@ -90,6 +98,11 @@ class file {
   task<void> read_exact_at(std::span<std::byte> buffer, std::uint64_t offset);
   // Writes all of `buffer` at `offset`, looping over short writes.
   task<void> write_all_at(std::span<const std::byte> buffer, std::uint64_t offset);
+  // One pwritev of the buffers (at most IOV_MAX of them, max_transfer bytes) at `offset`, one
+  // after the other: the bytes written (short writes happen; 0 for an empty list, at once).
+  task<std::size_t> write_vectored_at(buffer_list buffers, std::uint64_t offset);
+  // Writes every byte of every buffer, in order, from `offset` on, one pwritev per step.
+  task<void> write_all_at(buffer_list buffers, std::uint64_t offset);
 
   // fsync(2): data and metadata reach stable storage.
   task<void> sync();

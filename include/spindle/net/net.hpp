@@ -14,11 +14,15 @@
 // Objects own their file descriptor (closed by close() or, synchronously, by the destructor);
 // they are movable, not copyable. Using one from two tasks at once is allowed for one reader plus
 // one writer (full duplex), not for two readers.
-// Deadlines (io/deadline.hpp): the stream calls take an optional io::deadline as their last
-// argument; when it passes first, the operation in flight is cancelled and the call throws
-// spindle::timeout_error (the same exception as with_timeout), after which the bytes a read or
-// write moved before the cancellation took effect are unknown (a read_exact's buffer holds
-// them; a write_all may have sent a prefix). The overloads without one are the original calls.
+// Deadlines (io/deadline.hpp): every call that waits takes an optional io::deadline as its last
+// argument (connect, accept, read, read_exact, write, write_all, write_vectored, send_to,
+// receive_from; unix.hpp's calls too); when it passes first, the operation in flight is cancelled
+// and the call throws spindle::timeout_error (the same exception as with_timeout). An operation
+// that completed before the cancellation took effect keeps its result: a connection accepted at
+// the deadline is returned, or stays in the backlog for the next accept; a datagram is returned,
+// or stays queued for the next receive. After a timeout the bytes a stream read or write moved
+// are unknown (a read_exact's buffer holds them; a write_all may have sent a prefix); a timed-out
+// connect closed its socket. The default, deadline::none(), arms nothing and costs nothing.
 // Vectored writes (write_vectored, write_all over a buffer_list): one sendmsg(2) carries up to
 // IOV_MAX buffers, so a burst of small writes is one system call (docs/design/io.md, "Vectored
 // writes"); write_all over a list resumes exactly where a short write stopped, across buffer
@@ -37,6 +41,7 @@
 #include <string_view>
 
 #include "spindle/core/errors.hpp"
+#include "spindle/io/buffer_list.hpp"
 #include "spindle/io/deadline.hpp"
 #include "spindle/task/task.hpp"
 #include "spindle/time/timeout.hpp"
@@ -45,8 +50,9 @@ namespace spindle::net {
 
 using io::deadline;
 
-// The buffers of a vectored write, e.g. a std::array or std::vector of std::span<const byte>.
-using buffer_list = std::span<const std::span<const std::byte>>;
+// The buffers of a vectored write, e.g. a std::array or std::vector of std::span<const byte>
+// (io/buffer_list.hpp: the same type as io::file's vectored writes).
+using io::buffer_list;
 
 // An IPv4 or IPv6 address with a port.
 class endpoint {
@@ -86,31 +92,26 @@ class tcp_stream {
   ~tcp_stream();
 
   // Connects a new socket to `remote` (std::system_error, e.g. ECONNREFUSED, on failure;
-  // usage_error for the unspecified endpoint{}).
-  static task<tcp_stream> connect(endpoint remote);
+  // usage_error for the unspecified endpoint{}). The deadline covers the handshake.
+  static task<tcp_stream> connect(endpoint remote, deadline limit = {});
   // Resolves `host` (net/resolve.hpp: numeric hosts at once, names on the resolver's helper
   // threads) and connects to its addresses in order, one after the other (not happy eyeballs),
-  // until one accepts; when all fail, the last failure is thrown. Defined in src/net/resolve.cpp.
-  static task<tcp_stream> connect(std::string host, std::uint16_t port);
+  // until one accepts; when all fail, the last failure is thrown. One deadline covers the lookup
+  // and every attempt. Defined in src/net/resolve.cpp.
+  static task<tcp_stream> connect(std::string host, std::uint16_t port, deadline limit = {});
 
   // Reads at most buffer.size() bytes; 0 means the peer closed its side (an empty buffer also
   // gives 0, at once).
-  task<std::size_t> read(std::span<std::byte> buffer);
+  task<std::size_t> read(std::span<std::byte> buffer, deadline limit = {});
   // Reads exactly buffer.size() bytes; throws std::system_error(ECONNRESET) if the stream ends
   // first (the bytes read so far are in the buffer; the count is in the message).
-  task<void> read_exact(std::span<std::byte> buffer);
+  task<void> read_exact(std::span<std::byte> buffer, deadline limit = {});
   // Writes at most buffer.size() bytes, returns how many (short writes happen). A peer that is
   // gone gives std::system_error(EPIPE or ECONNRESET), never SIGPIPE.
-  task<std::size_t> write(std::span<const std::byte> buffer);
+  task<std::size_t> write(std::span<const std::byte> buffer, deadline limit = {});
   // Writes all of buffer (if it throws, a prefix of unknown length may have been sent).
-  task<void> write_all(std::span<const std::byte> buffer);
-  task<void> write_all(std::string_view text);
-  // The same four with a deadline (timeout_error when it passes first; see the top).
-  task<std::size_t> read(std::span<std::byte> buffer, deadline limit);
-  task<void> read_exact(std::span<std::byte> buffer, deadline limit);
-  task<std::size_t> write(std::span<const std::byte> buffer, deadline limit);
-  task<void> write_all(std::span<const std::byte> buffer, deadline limit);
-  task<void> write_all(std::string_view text, deadline limit);
+  task<void> write_all(std::span<const std::byte> buffer, deadline limit = {});
+  task<void> write_all(std::string_view text, deadline limit = {});
   // One sendmsg of up to IOV_MAX buffers: the bytes sent (short writes happen; 0 for an empty
   // list, at once).
   task<std::size_t> write_vectored(buffer_list buffers, deadline limit = {});
@@ -144,7 +145,7 @@ class tcp_listener {
 
   // Waits for a connection. When the process is out of file descriptors (EMFILE/ENFILE) it
   // waits briefly and tries again instead of failing, so a server keeps serving.
-  task<tcp_stream> accept();
+  task<tcp_stream> accept(deadline limit = {});
   task<void> close();
 
   bool is_open() const noexcept { return fd_ >= 0; }
@@ -166,7 +167,8 @@ class udp_socket {
   static udp_socket bind(endpoint local);
 
   // Sends one datagram; usage_error for the unspecified endpoint{}, system_error otherwise.
-  task<std::size_t> send_to(std::span<const std::byte> datagram, endpoint remote);
+  task<std::size_t> send_to(std::span<const std::byte> datagram, endpoint remote,
+                            deadline limit = {});
   // Receives one datagram (truncated to buffer.size()); returns the bytes stored in buffer, the
   // sender, and whether the datagram was longer than the buffer (the rest is discarded).
   struct received {
@@ -174,7 +176,7 @@ class udp_socket {
     endpoint sender;
     bool truncated = false;
   };
-  task<received> receive_from(std::span<std::byte> buffer);
+  task<received> receive_from(std::span<std::byte> buffer, deadline limit = {});
   task<void> close();
 
   bool is_open() const noexcept { return fd_ >= 0; }

@@ -32,11 +32,16 @@
 // Cancellation: task_cancelled, as for every other wait (a cancel that arrives before the lookup
 // was queued queues nothing). Names need a task on a runtime worker (usage_error otherwise).
 //
-// tcp_stream::connect(host, port): resolves, then connects to each address in order until one
-// accepts; when every address fails, the last failure is thrown (a std::system_error naming the
-// host and how many addresses were tried). Not happy eyeballs (RFC 8305): the attempts are one
-// after the other, so an address that never answers delays the next by the kernel's connect
-// timeout; wrap the call in with_timeout to bound it.
+// Deadlines (io/deadline.hpp): a lookup on the helper pool stops waiting when its deadline passes
+// and throws timeout_error (the helper finishes the lookup into the job, as after a
+// cancellation); a numeric host is answered at once whatever the deadline.
+//
+// tcp_stream::connect(host, port, deadline): resolves, then connects to each address in order
+// until one accepts; when every address fails, the last failure is thrown (a std::system_error
+// naming the host and how many addresses were tried). Not happy eyeballs (RFC 8305): the attempts
+// are one after the other, so an address that never answers delays the next by the kernel's
+// connect timeout. The deadline is resolved once and covers the lookup and every attempt: when it
+// passes, the call throws timeout_error, whichever step it was in.
 #pragma once
 
 #include <netdb.h>
@@ -75,7 +80,7 @@ static_assert(std::is_trivially_destructible_v<resolve_options>);
 
 // The addresses of `host` with `port` (see above for numeric hosts, order, errors).
 task<std::vector<endpoint>> resolve(std::string host, std::uint16_t port,
-                                    resolve_options options = {});
+                                    resolve_options options = {}, deadline limit = {});
 
 // getaddrinfo's errors, as error codes of resolver_category(). The values are glibc's EAI_*.
 enum class resolver_error : int {
