@@ -57,6 +57,7 @@
 // limit == 0 is a usage_error, thrown before the source is touched.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <exception>
 #include <iterator>
@@ -82,16 +83,27 @@ struct is_optional : std::false_type {};
 template <class T>
 struct is_optional<std::optional<T>> : std::true_type {};
 
-// The awaitable one pull of the source gives (before it is awaited).
 template <class Source>
+concept has_next = requires(Source& source) { source.next(); };
+template <class Source>
+concept has_receive = requires(Source& source) { source.receive(); };
+
+// The awaitable one pull of the source gives (before it is awaited): next(), else receive(),
+// else the source called.
+template <class Source>
+  requires has_next<Source>
 decltype(auto) pull_from(Source& source) {
-  if constexpr (requires { source.next(); }) {
-    return source.next();
-  } else if constexpr (requires { source.receive(); }) {
-    return source.receive();
-  } else {
-    return source();
-  }
+  return source.next();
+}
+template <class Source>
+  requires(!has_next<Source> && has_receive<Source>)
+decltype(auto) pull_from(Source& source) {
+  return source.receive();
+}
+template <class Source>
+  requires(!has_next<Source> && !has_receive<Source> && std::invocable<Source&>)
+decltype(auto) pull_from(Source& source) {
+  return source();
 }
 
 template <class Source>
