@@ -231,7 +231,8 @@ task<void> for_each_concurrent_body(Source& source, std::size_t limit, Fn fn) {
     std::optional<item_type> item;
     bool fired = false;
     try {
-      item = co_await pull_from(source);
+      // Moved in by construction: items need only be move-constructible (as a channel's).
+      if (auto pulled = co_await pull_from(source)) item.emplace(std::move(*pulled));
       fired = signal.leave_pull();
     } catch (const task_cancelled&) {
       fired = signal.leave_pull();
