@@ -9,6 +9,7 @@
 #include "spindle/task/task.hpp"
 #include "spindle/task/join_set.hpp"
 #include "spindle/task/when.hpp"
+#include "spindle/task/concurrent.hpp"
 #include "spindle/task/stop_token.hpp"
 #include "spindle/task/tidy.hpp"
 #include "spindle/task/task_slot.hpp"
