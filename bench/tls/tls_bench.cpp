@@ -24,19 +24,24 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
+spindle::task<void> end(net::tcp_stream& stream) {
+  stream.shutdown(SHUT_WR);
+  co_return;
+}
+spindle::task<void> end(net::tls_stream& stream) { co_await stream.shutdown(); }
+
 template <class Stream>
 spindle::task<std::size_t> sink(Stream stream) {
   std::vector<std::byte> buffer(256 * 1024);
   std::size_t total = 0;
   for (;;) {
     const std::size_t n = co_await stream.read(buffer);
-    if (n == 0) co_return total;
+    if (n == 0) break;
     total += n;
   }
+  co_await end(stream);  // the source's last read sees a clean end
+  co_return total;
 }
-
-spindle::task<void> end(net::tcp_stream& stream) { stream.shutdown(SHUT_WR); co_return; }
-spindle::task<void> end(net::tls_stream& stream) { co_await stream.shutdown(); }
 
 template <class Stream>
 spindle::task<void> source(Stream stream, std::size_t bytes) {

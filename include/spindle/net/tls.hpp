@@ -55,6 +55,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -80,9 +81,16 @@ enum class tls_errc {
 const std::error_category& tls_category() noexcept;
 inline std::error_code make_error_code(tls_errc e) noexcept { return {int(e), tls_category()}; }
 
+// what() is the message as given ("spindle: tls handshake: certificate verify failed: hostname
+// mismatch"), without the category's text appended; code() says which kind of failure.
 class tls_error : public std::system_error {
  public:
-  tls_error(tls_errc code, const std::string& what) : std::system_error(make_error_code(code), what) {}
+  tls_error(tls_errc code, const std::string& what)
+      : std::system_error(make_error_code(code)), message_(what) {}
+  const char* what() const noexcept override { return message_.what(); }
+
+ private:
+  std::runtime_error message_;  // a reference-counted string: copying never throws
 };
 
 class tls_context {
