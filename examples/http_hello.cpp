@@ -1,7 +1,12 @@
 // HTTP/1.1 keep-alive "hello" server: the http workload of ../shared/BENCH.md.
 //
 //   spindle-example-http_hello [port] [threads]      (default 18080, one per core)
+//   spindle-example-http_hello port threads --tls cert.pem key.pem      (HTTPS)
 //
+// With --tls the same server speaks HTTPS (net/tls.hpp): the certificate chain and key are PEM
+// files, each accepted connection first runs the TLS handshake (bounded by the request timeout:
+// a client that never completes it is cut off like a slow request), and a connection the server
+// ends gets close_notify before the close.
 // Port 0 binds a free port; the "http_hello listening on 127.0.0.1:PORT" line on stderr names it.
 // One task per connection; requests are parsed with the maintained http-parser library
 // (libhttp-parser-dev), pipelined requests are answered in order, each with
@@ -41,6 +46,7 @@
 
 #include <spindle/io/signals.hpp>
 #include <spindle/net/net.hpp>
+#include <spindle/net/tls.hpp>
 #include <spindle/spindle.hpp>
 
 #include <algorithm>
@@ -52,9 +58,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
+#include <utility>
 
 namespace {
 
@@ -608,7 +617,8 @@ struct request_parser {
 // request_timeout, so the deadline is seen in time (one request_timeout later at worst, if the
 // store was not yet visible at that wake). Cost: an idle connection's watchdog wakes once per
 // request_timeout, not once per idle_timeout.
-spindle::task<void> watchdog(const spindle::net::tcp_stream& stream,
+template <class Stream>
+spindle::task<void> watchdog(const Stream& stream,
                              const std::atomic<spindle::clock_time>& deadline,
                              spindle::clock_duration request_timeout) {
   for (;;) {
@@ -625,14 +635,27 @@ spindle::task<void> watchdog(const spindle::net::tcp_stream& stream,
   }
 }
 
-spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
+// Ends a connection: TLS first sends close_notify (a failure there changes nothing: the peer may
+// be gone), then the socket is closed.
+spindle::task<void> end_connection(spindle::net::tcp_stream& stream) { co_await stream.close(); }
+spindle::task<void> end_connection(spindle::net::tls_stream& stream) {
+  try {
+    co_await stream.shutdown(spindle::io::deadline::after(1s));
+  } catch (const std::exception&) {
+  }
+  co_await stream.close();
+}
+
+// One connection over a tcp_stream or a tls_stream (the same calls).
+template <class Stream>
+spindle::task<void> serve(Stream stream, timeouts limits) {
   request_parser requests;
   std::atomic<spindle::clock_time> deadline{spindle::now() + limits.idle_timeout};
   auto guard = spindle::spawn(watchdog(stream, deadline, limits.request_timeout));
   std::array<std::byte, 8192> buffer;
   std::string out;
   try {
-    stream.set_no_delay(true);
+    if constexpr (std::is_same_v<Stream, spindle::net::tcp_stream>) stream.set_no_delay(true);
     for (;;) {
       const std::size_t n = co_await stream.read(buffer);
       if (n == 0) break;
@@ -666,21 +689,41 @@ spindle::task<void> serve(spindle::net::tcp_stream stream, timeouts limits) {
     co_await std::move(guard);
   } catch (const spindle::task_cancelled&) {
   }
-  co_await stream.close();
+  co_await end_connection(stream);
 }
 
-spindle::task<void> accept_loop(spindle::net::tcp_listener& listener, timeouts limits) {
+// HTTPS: the handshake (within the request timeout), then the same service.
+spindle::task<void> serve_tls(spindle::net::tcp_stream connection, spindle::net::tls_context context,
+                              timeouts limits) {
+  connection.set_no_delay(true);
+  std::optional<spindle::net::tls_stream> stream;
+  try {
+    stream.emplace(co_await spindle::net::tls_stream::accept(
+        context, std::move(connection), spindle::io::deadline::after(limits.request_timeout)));
+  } catch (const std::exception&) {
+    co_return;  // not TLS, a failed or too slow handshake: the socket was closed with its frame
+  }
+  co_await serve(std::move(*stream), limits);
+}
+
+spindle::task<void> accept_loop(spindle::net::tcp_listener& listener, timeouts limits,
+                                std::optional<spindle::net::tls_context> tls) {
   for (;;) {
     spindle::net::tcp_stream connection = co_await listener.accept();
-    spindle::spawn(serve(std::move(connection), limits)).detach();
+    if (tls) {
+      spindle::spawn(serve_tls(std::move(connection), *tls, limits)).detach();
+    } else {
+      spindle::spawn(serve(std::move(connection), limits)).detach();
+    }
   }
 }
 
-spindle::task<int> run_server(std::uint16_t port, timeouts limits) {
+spindle::task<int> run_server(std::uint16_t port, timeouts limits,
+                              std::optional<spindle::net::tls_context> tls) {
   spindle::io::signal_set stop_signals({SIGINT, SIGTERM});
   auto listener = spindle::net::tcp_listener::bind(spindle::net::endpoint::loopback_v4(port));
   std::fprintf(stderr, "http_hello listening on %s\n", listener.local_endpoint().to_string().c_str());
-  auto acceptor = spindle::spawn(accept_loop(listener, limits));
+  auto acceptor = spindle::spawn(accept_loop(listener, limits, std::move(tls)));
   const int signal_number = co_await stop_signals.wait();
   std::fprintf(stderr, "http_hello: signal %d, stopping\n", signal_number);
   acceptor.cancel();
@@ -720,9 +763,21 @@ int main(int argc, char** argv) {
   const int port = argc > 1 ? std::atoi(argv[1]) : 18080;
   const int threads = argc > 2 ? std::atoi(argv[2]) : 0;
   const bool any_port = argc > 1 && std::string_view(argv[1]) == "0";
-  if ((port <= 0 && !any_port) || port > 65535 || threads < 0) {
-    std::fprintf(stderr, "usage: %s [port] [threads]\n", argv[0]);
+  const bool with_tls = argc == 6 && std::string_view(argv[3]) == "--tls";
+  if ((port <= 0 && !any_port) || port > 65535 || threads < 0 || (argc > 3 && !with_tls)) {
+    std::fprintf(stderr, "usage: %s [port] [threads] [--tls cert.pem key.pem]\n", argv[0]);
     return 2;
+  }
+  std::optional<spindle::net::tls_context> tls;
+  if (with_tls) {
+    try {
+      tls = spindle::net::tls_context::server();
+      tls->use_certificate_chain_file(argv[4]);
+      tls->use_private_key_file(argv[5]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "http_hello: %s\n", e.what());
+      return 2;
+    }
   }
   timeouts limits;
   if (!timeout_from_env("SPINDLE_HTTP_REQUEST_TIMEOUT_MS", limits.request_timeout) ||
@@ -733,5 +788,5 @@ int main(int argc, char** argv) {
   // signalfd instead of killing the process.
   spindle::io::block_signals({SIGINT, SIGTERM});
   spindle::runtime rt({.workers = std::uint32_t(threads)});
-  return rt.block_on(run_server(std::uint16_t(port), limits));
+  return rt.block_on(run_server(std::uint16_t(port), limits, std::move(tls)));
 }

@@ -6,7 +6,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
           libfmt-dev liburing-dev libhwloc-dev relacy-dev libhttp-parser-dev
-          nlohmann-json3-dev prometheus chromium clang-19)
+          nlohmann-json3-dev prometheus chromium clang-19 libssl-dev openssl)
 
 missing=()
 for p in "${packages[@]}"; do

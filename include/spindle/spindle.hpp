@@ -22,6 +22,7 @@
 #include "spindle/net/resolve.hpp"
 #include "spindle/net/unix.hpp"
 #include "spindle/net/buffered.hpp"
+#include "spindle/net/tls.hpp"
 #include "spindle/actor/actors.hpp"
 #include "spindle/dispatch/dispatcher.hpp"
 #include "spindle/embed/embed.hpp"

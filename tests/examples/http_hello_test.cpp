@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -37,6 +38,10 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include <openssl/ssl.h>
+
+#include "support/tls_support.hpp"
 
 #ifndef SPINDLE_EXAMPLE_PROGRAM
 #error "SPINDLE_EXAMPLE_PROGRAM (the path of spindle-example-http_hello) must be defined"
@@ -76,6 +81,7 @@ struct server_options {
   std::vector<std::pair<std::string, std::string>> environment;  // added to the child's
   std::optional<rlim_t> fd_limit;  // soft RLIMIT_NOFILE of the child
   int threads = 2;
+  std::vector<std::string> arguments;  // after "0 <threads>" (--tls cert key)
 };
 
 class server_process {
@@ -136,7 +142,10 @@ class server_process {
     envp.push_back(nullptr);
     std::string program = SPINDLE_EXAMPLE_PROGRAM, port_arg = "0",
                 threads_arg = std::to_string(options.threads);
-    char* argv[] = {program.data(), port_arg.data(), threads_arg.data(), nullptr};
+    std::vector<std::string> arguments = options.arguments;
+    std::vector<char*> argv = {program.data(), port_arg.data(), threads_arg.data()};
+    for (std::string& argument : arguments) argv.push_back(argument.data());
+    argv.push_back(nullptr);
     rlimit limit{};
     ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);
     if (options.fd_limit) limit.rlim_cur = *options.fd_limit;
@@ -154,7 +163,7 @@ class server_process {
       ::syscall(SYS_close_range, 3u, ~0u, 0u);
 #endif
       if (options.fd_limit && ::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(125);
-      ::execve(program.c_str(), argv, envp.data());
+      ::execve(program.c_str(), argv.data(), envp.data());
       ::_exit(127);
     }
     ::close(log[1]);
@@ -1336,6 +1345,78 @@ TEST_P(HttpHello, TabIsOptionalWhiteSpaceLikeSpace) {
   std::string extra;
   EXPECT_EQ(wait_for_close(fd, 5s, &extra), ending::closed)
       << "answered a request after Connection: close<HTAB>: " << extra;
+}
+
+}  // namespace
+
+namespace {
+
+// --- HTTPS (--tls cert key) -----------------------------------------------------------------------
+
+// `request` over TLS on `fd` (a blocking socket) with OpenSSL, verifying the server against
+// `authority_pem` and the name "localhost"; everything read until the server's close_notify, or
+// the failure in brackets.
+std::string https_exchange(int fd, const std::string& authority_pem, std::string_view request) {
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context(SSL_CTX_new(TLS_client_method()), &SSL_CTX_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> pem(BIO_new_mem_buf(authority_pem.data(), int(authority_pem.size())),
+                                                &BIO_free);
+  X509* authority = PEM_read_bio_X509(pem.get(), nullptr, nullptr, nullptr);
+  X509_STORE_add_cert(SSL_CTX_get_cert_store(context.get()), authority);
+  X509_free(authority);
+  SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(context.get()), &SSL_free);
+  SSL_set_fd(ssl.get(), fd);
+  SSL_set_tlsext_host_name(ssl.get(), "localhost");
+  SSL_set1_host(ssl.get(), "localhost");
+  if (SSL_connect(ssl.get()) != 1) return "[handshake failed]";
+  if (SSL_write(ssl.get(), request.data(), int(request.size())) != int(request.size())) return "[write failed]";
+  std::string got;
+  char chunk[4096];
+  for (;;) {
+    const int n = SSL_read(ssl.get(), chunk, sizeof chunk);
+    if (n > 0) {
+      got.append(chunk, std::size_t(n));
+      continue;
+    }
+    if (SSL_get_error(ssl.get(), n) == SSL_ERROR_ZERO_RETURN) return got;
+    return got + "[ended without close_notify]";
+  }
+}
+
+// 20. HTTPS: the same answers over TLS (keep-alive, then "Connection: close" ended with
+// close_notify); a plain-text request on the TLS port is not answered and the server keeps serving.
+TEST_P(HttpHello, ServesHttpsWithTheTlsOption) {
+  spindle::testing::test_certificate_authority authority;
+  const spindle::testing::tls_identity identity = authority.issue("localhost", "DNS:localhost,IP:127.0.0.1");
+  spindle::testing::temporary_directory directory;
+  server_options options;
+  options.arguments = {"--tls", directory.write("cert.pem", identity.certificate_pem).string(),
+                       directory.write("key.pem", identity.key_pem).string()};
+  ASSERT_NO_FATAL_FAILURE(server_.start(GetParam(), options));
+  const std::string close_request = "GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n";
+  for (int round = 0; round < 2; ++round) {
+    const int fd = server_.try_connect();
+    ASSERT_GE(fd, 0);
+    fd_closer closer{fd};
+    EXPECT_EQ(https_exchange(fd, authority.certificate_pem(), std::string(get_request) + close_request),
+              repeat(hello_response, 2));
+  }
+  {
+    const int fd = server_.try_connect();
+    ASSERT_GE(fd, 0);
+    fd_closer closer{fd};
+    ASSERT_TRUE(send_all(fd, get_request));
+    std::string extra;
+    const ending end = wait_for_close(fd, patience, &extra);
+    EXPECT_NE(end, ending::timeout);
+    EXPECT_EQ(extra.find("HTTP/1.1"), std::string::npos) << extra;
+  }
+  const int fd = server_.try_connect();
+  ASSERT_GE(fd, 0);
+  fd_closer closer{fd};
+  EXPECT_EQ(https_exchange(fd, authority.certificate_pem(), close_request), hello_response);
+  // Back to the idle server's descriptors: every TLS connection was closed.
+  EXPECT_TRUE(server_.fds_become(server_.baseline_fds())) << server_.open_fds();
 }
 
 }  // namespace
