@@ -449,7 +449,7 @@ TEST_P(NetOperationDeadline, UnixDatagramSendIntoAFullQueueTimesOut) {
 // --- descriptors ------------------------------------------------------------------------------
 
 TEST_P(NetOperationDeadline, TimeoutsLeaveNoDescriptorBehind) {
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     EXPECT_EQ(join_bounded(rt.spawn(accept_times_out_then_works(
@@ -470,7 +470,7 @@ TEST_P(NetOperationDeadline, TimeoutsLeaveNoDescriptorBehind) {
               "later");
     EXPECT_EQ(join_bounded(rt.spawn(unix_send_into_a_full_queue()), 30s), "ok");
   }
-  EXPECT_EQ(open_fd_count(), before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);
 }
 
 }  // namespace

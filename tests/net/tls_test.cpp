@@ -261,7 +261,7 @@ task<std::size_t> tls_duplex_client(endpoint server, tls_context context, std::s
 
 TEST_P(NetTls, FullDuplexTransferOfSeveralMegabytesEachWay) {
   const std::size_t size = std::size_t(scaled(8, 2, 2)) << 20;
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     spindle::runtime rt(options());
     auto listener = tcp_listener::bind(endpoint::loopback_v4(0));
@@ -270,7 +270,7 @@ TEST_P(NetTls, FullDuplexTransferOfSeveralMegabytesEachWay) {
     EXPECT_EQ(join_bounded(std::move(client), 120s), size);
     EXPECT_EQ(join_bounded(std::move(served), 120s), size);
   }
-  EXPECT_EQ(open_fd_count(), before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);
 }
 
 // --- the end of a stream ----------------------------------------------------------------------
@@ -382,7 +382,7 @@ task<void> tls_park_connections(tcp_listener& listener, int count, std::atomic<i
 
 TEST_P(NetTls, RuntimeDestroyedWithStreamsOpenLeaksNothing) {
   tls_pki();  // made before counting
-  const int before = open_fd_count();
+  const int before = spindle::testing::open_descriptor_count();
   {
     auto listener = tcp_listener::bind(endpoint::loopback_v4(0));
     spindle::runtime rt(options());
@@ -390,7 +390,7 @@ TEST_P(NetTls, RuntimeDestroyedWithStreamsOpenLeaksNothing) {
     join_bounded(rt.spawn(tls_park_connections(listener, 16, waiting)), 60s);
     ASSERT_TRUE(spindle::testing::eventually([&] { return waiting.load() == 32; }));
   }  // runtime destroyed: reads cancelled, frames (their streams and sockets) destroyed
-  EXPECT_EQ(open_fd_count(), before);
+  EXPECT_EQ(spindle::testing::open_descriptor_count(), before);
 }
 
 // --- against the openssl command-line tools ---------------------------------------------------
