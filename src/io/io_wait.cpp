@@ -1,6 +1,8 @@
 // The I/O awaiter: protocol in include/spindle/io/io_wait.hpp.
 #include "spindle/io/io_wait.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 
 #include "spindle/core/errors.hpp"
@@ -39,6 +41,15 @@ io_wait::cancel_request::cancel_request(io_wait& waiter) noexcept
     : runnable(&cancel_vtable), owner(waiter) {}
 
 io_wait::io_wait(core::io_operation& operation) noexcept : operation_(operation), cancel_(*this) {}
+
+io_wait::~io_wait() {
+  // task_ is set while registered and cleared by await_resume: completed and still set means the
+  // result was never handed to the task. Only an accept's result is a resource (a descriptor).
+  if (completed_ && task_ != nullptr && operation_.opcode == core::io_opcode::accept &&
+      operation_.result >= 0) {
+    ::close(operation_.result);
+  }
+}
 
 bool io_wait::await_ready() {
   // The task must run on this worker's runtime: an embedded executor has no reactor.

@@ -66,6 +66,10 @@ class io_wait : public cancellable_wait {
   explicit io_wait(core::io_operation& operation) noexcept;
   io_wait(const io_wait&) = delete;
   io_wait& operator=(const io_wait&) = delete;
+  // Destroyed without having been resumed (the task's frame destroyed while woken, e.g. by a
+  // runtime being destroyed) after an accept completed: closes the descriptor the kernel made,
+  // which nobody else will ever see.
+  ~io_wait();
 
   // Throws usage_error outside a task on a runtime worker.
   bool await_ready();
