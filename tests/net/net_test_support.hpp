@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
+#include <condition_variable>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +32,7 @@
 
 #include "spindle/core/reactor.hpp"
 #include "spindle/net/net.hpp"
+#include "spindle/net/resolve.hpp"
 #include "spindle/spindle.hpp"
 #include "support/test_support.hpp"
 
@@ -271,5 +274,55 @@ inline spindle::task<int> run_echo_clients(spindle::net::endpoint server, int co
 
 // The errno of a std::system_error (its category is the system category).
 inline int error_of(const std::system_error& e) { return e.code().value(); }
+
+// --- the test hook: a gate that holds every lookup on its helper until opened ----------------
+
+struct resolve_gate_state {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool open = true;
+  int entered = 0;  // lookups that reached the hook since the gate was set
+};
+// Never destroyed: the resolver's helper threads are detached and outlive runtimes and tests;
+// one may still be leaving the hook (after its notify) when the process exits, and a gate
+// destroyed at exit raced it (TSan: pthread_cond_destroy against pthread_cond_broadcast).
+inline resolve_gate_state& resolve_gate = *new resolve_gate_state;
+
+inline void resolve_gate_hook(const char*) noexcept {
+  std::unique_lock lock(resolve_gate.mutex);
+  ++resolve_gate.entered;
+  resolve_gate.changed.notify_all();
+  resolve_gate.changed.wait(lock, [] { return resolve_gate.open; });
+}
+
+inline int resolve_gate_entered() {
+  std::lock_guard lock(resolve_gate.mutex);
+  return resolve_gate.entered;
+}
+
+// Installs the hook (every lookup counts; closed: every lookup waits) and, on destruction,
+// opens the gate and removes the hook, so helpers never stay blocked past a test.
+class resolve_gate_scope {
+ public:
+  explicit resolve_gate_scope(bool closed) {
+    {
+      std::lock_guard lock(resolve_gate.mutex);
+      resolve_gate.open = !closed;
+      resolve_gate.entered = 0;
+    }
+    spindle::net::detail::set_resolve_hook(&resolve_gate_hook);
+  }
+  ~resolve_gate_scope() {
+    open();
+    spindle::net::detail::set_resolve_hook(nullptr);
+  }
+  resolve_gate_scope(const resolve_gate_scope&) = delete;
+  resolve_gate_scope& operator=(const resolve_gate_scope&) = delete;
+  void open() {
+    std::lock_guard lock(resolve_gate.mutex);
+    resolve_gate.open = true;
+    resolve_gate.changed.notify_all();
+  }
+};
 
 }  // namespace net_test

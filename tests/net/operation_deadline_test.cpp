@@ -250,22 +250,8 @@ TEST_P(NetOperationDeadline, ConnectsRacingTheirDeadlinesConnectOrTimeOut) {
   EXPECT_LE(connected, count);
 }
 
-// A host name whose lookup the test holds on its helper (net::detail::set_resolve_hook): the
+// A host name whose lookup the test holds on its helper (net_test::resolve_gate_scope): the
 // deadline covers resolution, so connect(host, port, deadline) times out while the lookup waits.
-struct held_lookup_gate {
-  std::mutex mutex;
-  std::condition_variable changed;
-  bool open = true;
-  int entered = 0;
-};
-held_lookup_gate held_lookups;
-
-void hold_lookup(const char*) noexcept {
-  std::unique_lock lock(held_lookups.mutex);
-  ++held_lookups.entered;
-  held_lookups.changed.wait(lock, [] { return held_lookups.open; });
-}
-
 task<std::string> connect_to_a_held_name(std::uint16_t port) {
   try {
     (void)co_await tcp_stream::connect("spindle-held-lookup.invalid", port, deadline::after(30ms));
@@ -286,26 +272,13 @@ task<std::string> connect_to_a_numeric_host(const tcp_listener& listener) {
 TEST_P(NetOperationDeadline, ConnectToAHostTimesOutWhileItsLookupWaits) {
   spindle::runtime rt(options());
   auto listener = tcp_listener::bind(endpoint::loopback_v4(0));
-  {
-    std::lock_guard lock(held_lookups.mutex);
-    held_lookups.open = false;
-    held_lookups.entered = 0;
-  }
-  spindle::net::detail::set_resolve_hook(&hold_lookup);
+  net_test::resolve_gate_scope gate(/*closed=*/true);
   const std::string outcome =
       join_bounded(rt.spawn(connect_to_a_held_name(listener.local_endpoint().port())), 30s);
   // The lookup reaches the held hook (it may get there after the deadline passed: the helper
   // thread starts on demand); then the gate opens and the helper finishes it into its job.
-  EXPECT_TRUE(spindle::testing::eventually([] {
-    std::lock_guard lock(held_lookups.mutex);
-    return held_lookups.entered == 1;
-  }));
-  {
-    std::lock_guard lock(held_lookups.mutex);
-    held_lookups.open = true;
-    held_lookups.changed.notify_all();
-  }
-  spindle::net::detail::set_resolve_hook(nullptr);
+  EXPECT_TRUE(spindle::testing::eventually([] { return net_test::resolve_gate_entered() == 1; }));
+  gate.open();
   EXPECT_EQ(outcome, "timeout");
   // A deadline that does not pass changes nothing.
   EXPECT_EQ(join_bounded(rt.spawn(connect_to_a_numeric_host(listener)), 30s),

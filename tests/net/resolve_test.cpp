@@ -49,53 +49,6 @@ SPINDLE_NET_ON_BOTH_BACKENDS(NetResolve);
 // A name no resolver knows (.invalid is reserved for that, RFC 6761).
 constexpr const char* resolve_missing_name = "spindle-no-such-host.invalid";
 
-// --- the test hook: a gate that holds every lookup on its helper until opened ----------------
-
-struct resolve_gate_state {
-  std::mutex mutex;
-  std::condition_variable changed;
-  bool open = true;
-  int entered = 0;  // lookups that reached the hook since the gate was set
-};
-resolve_gate_state resolve_gate;
-
-void resolve_gate_hook(const char*) noexcept {
-  std::unique_lock lock(resolve_gate.mutex);
-  ++resolve_gate.entered;
-  resolve_gate.changed.notify_all();
-  resolve_gate.changed.wait(lock, [] { return resolve_gate.open; });
-}
-
-int resolve_gate_entered() {
-  std::lock_guard lock(resolve_gate.mutex);
-  return resolve_gate.entered;
-}
-
-// Installs the hook (every lookup counts; closed: every lookup waits) and, on destruction,
-// opens the gate and removes the hook, so helpers never stay blocked past a test.
-class resolve_gate_scope {
- public:
-  explicit resolve_gate_scope(bool closed) {
-    {
-      std::lock_guard lock(resolve_gate.mutex);
-      resolve_gate.open = !closed;
-      resolve_gate.entered = 0;
-    }
-    spindle::net::detail::set_resolve_hook(&resolve_gate_hook);
-  }
-  ~resolve_gate_scope() {
-    open();
-    spindle::net::detail::set_resolve_hook(nullptr);
-  }
-  resolve_gate_scope(const resolve_gate_scope&) = delete;
-  resolve_gate_scope& operator=(const resolve_gate_scope&) = delete;
-  void open() {
-    std::lock_guard lock(resolve_gate.mutex);
-    resolve_gate.open = true;
-    resolve_gate.changed.notify_all();
-  }
-};
-
 // --- helpers ---------------------------------------------------------------------------------
 
 int resolve_thread_count() {
