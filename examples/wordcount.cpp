@@ -1,11 +1,15 @@
 // Word count over a directory tree (issue 16): an async read stage feeding a CPU-parallel count.
 //
-//   build/release/examples/spindle-example-wordcount DIR THREADS [bridge|naive|serial]
+//   build/release/examples/spindle-example-wordcount DIR THREADS [files|bridge|naive|serial]
 //
 // Prints `lines words bytes files` and the time. Every regular file under DIR (symbolic links are
 // not followed) is counted as wc counts it: lines are '\n' bytes, words maximal runs of bytes
 // that are not C-locale white space (space, \t, \n, \v, \f, \r), bytes all bytes.
-//   bridge  (default) a reader task walks the tree with io::list_directory and reads files with
+//   files   (default) a walker task sends the paths of the files over a channel;
+//           for_each_concurrent opens, reads and counts up to 8 x THREADS files at once on
+//           whichever worker is free, while the walk goes on. On 2 cores, warm cache: 0.81x the
+//           serial time (medians of 7 interleaved runs: 0.305 s against 0.376 s).
+//   bridge  a reader task walks the tree with io::list_directory and reads files with
 //           io::file into 256 KiB chunks (small files packed together) sent over a channel;
 //           parallel_consume counts each chunk on whichever worker is free, at most 2 x THREADS
 //           chunks in flight, while the reader goes on: reading overlaps counting.
@@ -17,12 +21,14 @@
 #include <unistd.h>
 
 #include <array>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -239,6 +245,70 @@ spindle::task<void> read_tree(std::string root, spindle::channel<chunk>& chunks)
   chunks.close();
 }
 
+// --- files: the walk feeding for_each_concurrent, each file read and counted by one child ----
+// Reading is what the serial program spends most of its time on (open, read, close: system
+// calls a file), so the files themselves are the items: up to `in_flight` are opened, read and
+// counted at once, on whichever worker is free, while the walk goes on.
+struct file_counter {
+  std::mutex lock;
+  counts total;
+};
+
+spindle::task<void> count_file(std::string path, file_counter& counter) {
+  spindle::io::file file;
+  try {
+    file = co_await spindle::io::file::open(std::move(path));
+  } catch (const std::system_error&) {
+    co_return;
+  }
+  const std::uint64_t size = file.size();
+  // The file's size and a byte more (the end shows as a short read), at most 256 KiB; not
+  // zeroed (make_unique_for_overwrite): a zeroed buffer wrote every byte once more.
+  const std::size_t capacity = std::size_t(std::min<std::uint64_t>(size + 1, 256 * 1024));
+  const auto buffer = std::make_unique_for_overwrite<char[]>(capacity);
+  counts result;
+  std::uint64_t offset = 0;
+  bool after_space = true;
+  for (;;) {
+    const std::size_t got =
+        co_await file.read_at(std::as_writable_bytes(std::span(buffer.get(), capacity)), offset);
+    if (got == 0) break;
+    result = result + count_bytes(buffer.get(), got, after_space);
+    after_space = space_table[static_cast<unsigned char>(buffer[got - 1])];
+    offset += got;
+    if (offset >= size && got < capacity) break;  // the whole file, as fstat saw it
+  }
+  result.files = 1;
+  std::lock_guard guard(counter.lock);
+  counter.total = counter.total + result;
+}
+
+struct path_sender {
+  spindle::channel<std::string>* paths;
+  spindle::task<void> operator()(std::string path) { co_await paths->send(std::move(path)); }
+};
+
+spindle::task<void> walk_into(std::string root, spindle::channel<std::string>& paths) {
+  path_sender sender{&paths};
+  try {
+    co_await walk(std::move(root), sender);
+  } catch (...) {
+    paths.close();
+    throw;
+  }
+  paths.close();
+}
+
+spindle::task<counts> count_files(std::string root, std::size_t in_flight) {
+  spindle::channel<std::string> paths(in_flight);
+  file_counter counter;
+  auto walker = spindle::spawn(walk_into(std::move(root), paths));
+  co_await spindle::for_each_concurrent(
+      paths, in_flight, [&counter](std::string path) { return count_file(std::move(path), counter); });
+  co_await std::move(walker);
+  co_return counter.total;
+}
+
 spindle::task<counts> count_bridge(std::string root, std::size_t in_flight) {
   spindle::channel<chunk> chunks(in_flight);
   auto reader = spindle::spawn(read_tree(std::move(root), chunks));
@@ -252,14 +322,14 @@ spindle::task<counts> count_bridge(std::string root, std::size_t in_flight) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s DIR THREADS [bridge|naive|serial]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR THREADS [files|bridge|naive|serial]\n", argv[0]);
     return 2;
   }
   const std::string root = argv[1];
   const int threads = std::atoi(argv[2]);
-  const std::string mode = argc > 3 ? argv[3] : "bridge";
-  if (threads < 1 || (mode != "bridge" && mode != "naive" && mode != "serial")) {
-    std::fprintf(stderr, "usage: %s DIR THREADS [bridge|naive|serial]\n", argv[0]);
+  const std::string mode = argc > 3 ? argv[3] : "files";
+  if (threads < 1 || (mode != "bridge" && mode != "files" && mode != "naive" && mode != "serial")) {
+    std::fprintf(stderr, "usage: %s DIR THREADS [files|bridge|naive|serial]\n", argv[0]);
     return 2;
   }
   counts total;
@@ -274,8 +344,9 @@ int main(int argc, char** argv) {
     options.workers = std::uint32_t(threads);
     spindle::runtime rt(options);
     const auto start = std::chrono::steady_clock::now();
-    total = mode == "naive" ? rt.block_on(count_naive(root))
-                            : rt.block_on(count_bridge(root, 2 * std::size_t(threads)));
+    total = mode == "naive"   ? rt.block_on(count_naive(root))
+            : mode == "files" ? rt.block_on(count_files(root, 8 * std::size_t(threads)))
+                              : rt.block_on(count_bridge(root, 2 * std::size_t(threads)));
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   std::printf("%llu %llu %llu %llu\n", static_cast<unsigned long long>(total.lines),

@@ -74,7 +74,7 @@ TEST(WordcountExample, EveryModeCountsAGeneratedTreeExactly) {
   std::filesystem::create_symlink(root / "d0", root / "link");  // not followed
   const std::string expected = std::to_string(lines) + " " + std::to_string(words) + " " +
                                std::to_string(bytes) + " " + std::to_string(files);
-  for (const char* mode : {"serial", "naive", "bridge"}) {
+  for (const char* mode : {"serial", "naive", "bridge", "files"}) {
     const wordcount_run run = run_wordcount(root.string(), mode);
     ASSERT_TRUE(WIFEXITED(run.status)) << mode << "\n" << run.output;
     EXPECT_EQ(WEXITSTATUS(run.status), 0) << mode << "\n" << run.output;
@@ -87,7 +87,7 @@ TEST(WordcountExample, TheSpindleModesMatchTheSerialOneOnUsrShareDoc) {
   if (!std::filesystem::is_directory("/usr/share/doc")) GTEST_SKIP() << "no /usr/share/doc";
   const wordcount_run serial = run_wordcount("/usr/share/doc", "serial");
   ASSERT_TRUE(WIFEXITED(serial.status) && WEXITSTATUS(serial.status) == 0) << serial.output;
-  for (const char* mode : {"naive", "bridge"}) {
+  for (const char* mode : {"naive", "bridge", "files"}) {
     const wordcount_run run = run_wordcount("/usr/share/doc", mode);
     ASSERT_TRUE(WIFEXITED(run.status)) << mode << "\n" << run.output;
     EXPECT_EQ(WEXITSTATUS(run.status), 0) << mode << "\n" << run.output;
