@@ -59,10 +59,12 @@ done
 for preset in $presets; do
   log="$logdir/$preset.log"
   [[ -f "$log" ]] || continue
-  grep -qE '\*\*\*|\((Failed|Timeout|SEGFAULT|Subprocess aborted|Child aborted)\)' "$log" || continue
+  # (Skipped and disabled tests are not failures: they are left out.)
+  grep -E '\*\*\*|\((Failed|Timeout|SEGFAULT|Subprocess aborted|Child aborted)\)' "$log" |
+    grep -qvE '\*\*\*(Skipped|Not Run \(Disabled\))' || continue
   echo "=== [$preset] failures"
   awk '
-    /^ *[0-9]+\/[0-9]+ Test +#[0-9]+:/ { inside = ($0 !~ / Passed /); shown = 0 }
+    /^ *[0-9]+\/[0-9]+ Test +#[0-9]+:/ { inside = ($0 !~ / Passed |\*\*\*Skipped|\*\*\*Not Run \(Disabled\)/); shown = 0 }
     /^ +Start +[0-9]+:/ { inside = 0 }
     inside && shown < 60 { print; shown++ }
   ' "$log"
