@@ -5,10 +5,10 @@
 // Prints `lines words bytes files` and the time. Every regular file under DIR (symbolic links are
 // not followed) is counted as wc counts it: lines are '\n' bytes, words maximal runs of bytes
 // that are not C-locale white space (space, \t, \n, \v, \f, \r), bytes all bytes.
-//   files   (default) a walker task sends the paths of the files over a channel;
-//           for_each_concurrent opens, reads and counts up to 8 x THREADS files at once on
-//           whichever worker is free, while the walk goes on. On 2 cores, warm cache: 0.81x the
-//           serial time (medians of 7 interleaved runs: 0.305 s against 0.376 s).
+//   files   (default) a walker task sends the paths of the files over a channel, 32 a batch;
+//           for_each_concurrent opens, reads and counts up to 8 x THREADS batches at once on
+//           whichever worker is free, while the walk goes on. On 2 cores, warm cache, it ranges
+//           from 0.7x to 1.0x the serial time (docs/design/fork-join.md): not reliably faster.
 //   bridge  a reader task walks the tree with io::list_directory and reads files with
 //           io::file into 256 KiB chunks (small files packed together) sent over a channel;
 //           parallel_consume counts each chunk on whichever worker is free, at most 2 x THREADS
@@ -29,6 +29,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,15 @@ spindle::task<counts> count_naive(std::string root) {
       [](counts a, counts b) { return a + b; });
 }
 
+// The file opened for reading, or nullopt where it cannot be (skipped, as the serial walk skips it).
+spindle::task<std::optional<spindle::io::file>> open_readable(std::string path) {
+  try {
+    co_return co_await spindle::io::file::open(std::move(path));
+  } catch (const std::system_error&) {
+    co_return std::nullopt;
+  }
+}
+
 // --- bridge: a reader stage feeding parallel_consume ------------------------------------------
 // A chunk of bytes read from one or more files: segment i is [start[i], start[i+1]) (the last
 // one ends at size) and begins after white space when after_space[i] (a file's start) or after a
@@ -200,12 +210,9 @@ struct chunk_reader {
   spindle::channel<chunk>* chunks;
   chunk current;
   spindle::task<void> operator()(std::string path) {
-    spindle::io::file file;
-    try {
-      file = co_await spindle::io::file::open(std::move(path));
-    } catch (const std::system_error&) {
-      co_return;
-    }
+    std::optional<spindle::io::file> opened = co_await open_readable(std::move(path));
+    if (!opened) co_return;
+    spindle::io::file& file = *opened;
     const std::uint64_t size = file.size();
     std::uint64_t offset = 0;
     bool after_space = true;
@@ -254,57 +261,81 @@ struct file_counter {
   counts total;
 };
 
-spindle::task<void> count_file(std::string path, file_counter& counter) {
-  spindle::io::file file;
-  try {
-    file = co_await spindle::io::file::open(std::move(path));
-  } catch (const std::system_error&) {
-    co_return;
-  }
+// One file's counts (nothing for a file that cannot be opened). `buffer` holds `capacity` bytes.
+spindle::task<counts> count_file(std::string path, char* buffer, std::size_t capacity) {
+  std::optional<spindle::io::file> opened = co_await open_readable(std::move(path));
+  if (!opened) co_return counts{};
+  spindle::io::file& file = *opened;
   const std::uint64_t size = file.size();
-  // The file's size and a byte more (the end shows as a short read), at most 256 KiB; not
-  // zeroed (make_unique_for_overwrite): a zeroed buffer wrote every byte once more.
-  const std::size_t capacity = std::size_t(std::min<std::uint64_t>(size + 1, 256 * 1024));
-  const auto buffer = std::make_unique_for_overwrite<char[]>(capacity);
+  // Up to the file's size and a byte more (the end shows as a short read).
+  const std::size_t wanted = std::size_t(std::min<std::uint64_t>(size + 1, capacity));
   counts result;
   std::uint64_t offset = 0;
   bool after_space = true;
   for (;;) {
     const std::size_t got =
-        co_await file.read_at(std::as_writable_bytes(std::span(buffer.get(), capacity)), offset);
+        co_await file.read_at(std::as_writable_bytes(std::span(buffer, wanted)), offset);
     if (got == 0) break;
-    result = result + count_bytes(buffer.get(), got, after_space);
+    result = result + count_bytes(buffer, got, after_space);
     after_space = space_table[static_cast<unsigned char>(buffer[got - 1])];
     offset += got;
-    if (offset >= size && got < capacity) break;  // the whole file, as fstat saw it
+    if (offset >= size && got < wanted) break;  // the whole file, as fstat saw it
   }
   result.files = 1;
+  co_return result;
+}
+
+// A batch of paths is one item: a spawn and a channel send for every 32 files, not every file
+// (most files here are small: the runtime's cost per item was a large part of the whole).
+constexpr std::size_t paths_per_batch = 32;
+using path_batch = std::vector<std::string>;
+
+spindle::task<void> count_batch(path_batch paths, file_counter& counter) {
+  // One buffer for the batch, not zeroed (make_unique_for_overwrite: a zeroed buffer wrote
+  // every byte once more, and made the first version of this mode no faster than serial).
+  constexpr std::size_t capacity = 256 * 1024;
+  const auto buffer = std::make_unique_for_overwrite<char[]>(capacity);
+  counts result;
+  for (std::string& path : paths) {
+    result = result + co_await count_file(std::move(path), buffer.get(), capacity);
+  }
   std::lock_guard guard(counter.lock);
   counter.total = counter.total + result;
 }
 
-struct path_sender {
-  spindle::channel<std::string>* paths;
-  spindle::task<void> operator()(std::string path) { co_await paths->send(std::move(path)); }
+struct path_batcher {
+  spindle::channel<path_batch>* batches;
+  path_batch current;
+  spindle::task<void> operator()(std::string path) {
+    current.push_back(std::move(path));
+    if (current.size() < paths_per_batch) co_return;
+    path_batch full = std::exchange(current, path_batch{});  // named: g++ 12 and co_await operands
+    co_await batches->send(std::move(full));
+  }
 };
 
-spindle::task<void> walk_into(std::string root, spindle::channel<std::string>& paths) {
-  path_sender sender{&paths};
+spindle::task<void> walk_into(std::string root, spindle::channel<path_batch>& batches) {
+  path_batcher batcher{&batches, {}};
   try {
-    co_await walk(std::move(root), sender);
+    co_await walk(std::move(root), batcher);
+    if (!batcher.current.empty()) {
+      path_batch last = std::move(batcher.current);
+      co_await batches.send(std::move(last));
+    }
   } catch (...) {
-    paths.close();
+    batches.close();
     throw;
   }
-  paths.close();
+  batches.close();
 }
 
 spindle::task<counts> count_files(std::string root, std::size_t in_flight) {
-  spindle::channel<std::string> paths(in_flight);
+  spindle::channel<path_batch> batches(in_flight);
   file_counter counter;
-  auto walker = spindle::spawn(walk_into(std::move(root), paths));
-  co_await spindle::for_each_concurrent(
-      paths, in_flight, [&counter](std::string path) { return count_file(std::move(path), counter); });
+  auto walker = spindle::spawn(walk_into(std::move(root), batches));
+  co_await spindle::for_each_concurrent(batches, in_flight, [&counter](path_batch paths) {
+    return count_batch(std::move(paths), counter);
+  });
   co_await std::move(walker);
   co_return counter.total;
 }
