@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "support/test_support.hpp"
+#include "io/file_test_fixture.hpp"
 
 namespace {
 
@@ -46,26 +47,7 @@ std::vector<std::byte> random_bytes(std::mt19937_64& rng, std::size_t n) {
   return bytes;
 }
 
-class IoFile : public ::testing::TestWithParam<io_backend> {
- protected:
-  void SetUp() override {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "spindle-file-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
-    dir_ = pattern;
-    rt_ = runtime_on(GetParam());
-    if (!rt_) GTEST_SKIP() << "the epoll backend is not built yet";
-  }
-  void TearDown() override {
-    rt_.reset();
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
-  }
-  std::string path(const char* name) const { return (dir_ / name).string(); }
-
-  std::filesystem::path dir_;
-  std::unique_ptr<spindle::runtime> rt_;
-};
+class IoFile : public io_file_test::file_fixture {};
 
 // --- round trips against a reference ---------------------------------------------------------
 

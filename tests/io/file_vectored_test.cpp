@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "support/test_support.hpp"
+#include "io/file_test_fixture.hpp"
 
 namespace {
 
@@ -33,26 +34,7 @@ using spindle::io::buffer_list;
 using spindle::io::file;
 using spindle::testing::runtime_on;
 
-class IoFileVectored : public ::testing::TestWithParam<io_backend> {
- protected:
-  void SetUp() override {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "spindle-file-vectored-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
-    dir_ = pattern;
-    rt_ = runtime_on(GetParam());
-    if (!rt_) GTEST_SKIP() << "the epoll backend is not built";
-  }
-  void TearDown() override {
-    rt_.reset();
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
-  }
-  std::string path(const char* name) const { return (dir_ / name).string(); }
-
-  std::filesystem::path dir_;
-  std::unique_ptr<spindle::runtime> rt_;
-};
+class IoFileVectored : public io_file_test::file_fixture {};
 
 // `count` pieces of one random byte string, of random lengths 0 to `longest` (a tenth empty).
 struct vectored_pieces {
