@@ -61,11 +61,6 @@ constexpr std::size_t write_chunk = 64 * 1024;
 // What one transport read asks for: a few records.
 constexpr std::size_t read_chunk = 32 * 1024;
 
-// A deadline fixed at the start of a call, so that its every step shares it.
-deadline whole_call(deadline limit) {
-  return limit.is_set() ? deadline::at(limit.resolve(io::current_time())) : limit;
-}
-
 bool is_ip_address(const std::string& name) {
   unsigned char address[16];
   return ::inet_pton(AF_INET, name.c_str(), address) == 1 ||
@@ -257,7 +252,7 @@ tls_stream::~tls_stream() = default;
 task<tls_stream> tls_stream::connect_over(tls_context context,
                                           std::unique_ptr<detail::tls_transport> transport,
                                           std::string server_name, deadline limit) {
-  const deadline whole = whole_call(limit);
+  const deadline whole = io::whole_call_deadline(limit);
   if (!context.shared_state() || context.context_role() != tls_context::role::client) {
     throw usage_error("spindle: tls_stream::connect needs a client tls_context");
   }
@@ -292,7 +287,7 @@ task<tls_stream> tls_stream::connect_over(tls_context context,
 task<tls_stream> tls_stream::accept_over(tls_context context,
                                          std::unique_ptr<detail::tls_transport> transport,
                                          deadline limit) {
-  const deadline whole = whole_call(limit);
+  const deadline whole = io::whole_call_deadline(limit);
   if (!context.shared_state() || context.context_role() != tls_context::role::server) {
     throw usage_error("spindle: tls_stream::accept needs a server tls_context");
   }
@@ -309,7 +304,7 @@ task<std::size_t> tls_stream::read(std::span<std::byte> buffer, deadline limit) 
   if (!state_) detail::throw_tls(tls_errc::closed, "read", "no stream (moved from)");
   if (buffer.empty()) co_return 0;
   state& s = *state_;
-  const deadline whole = whole_call(limit);
+  const deadline whole = io::whole_call_deadline(limit);
   for (;;) {
     bool output = false;
     {
@@ -344,7 +339,7 @@ task<std::size_t> tls_stream::read(std::span<std::byte> buffer, deadline limit) 
 }
 
 task<void> tls_stream::read_exact(std::span<std::byte> buffer, deadline limit) {
-  const deadline whole = whole_call(limit);
+  const deadline whole = io::whole_call_deadline(limit);
   std::size_t done = 0;
   while (done < buffer.size()) {
     const std::size_t n = co_await read(buffer.subspan(done), whole);
@@ -360,25 +355,16 @@ task<void> tls_stream::read_exact(std::span<std::byte> buffer, deadline limit) {
 task<std::size_t> tls_stream::write(std::span<const std::byte> buffer, deadline limit) {
   if (!state_) detail::throw_tls(tls_errc::closed, "write", "no stream (moved from)");
   if (buffer.empty()) co_return 0;
-  state& s = *state_;
-  const deadline whole = whole_call(limit);
+  // At most one chunk: a write may be short, as tcp_stream's.
   const std::span<const std::byte> chunk = buffer.first(std::min(buffer.size(), write_chunk));
-  auto turn = co_await s.send_turn.lock();
-  turn.release();  // send_and_release lets it go
-  try {
-    encrypt(s, chunk, "write");
-  } catch (...) {
-    s.send_turn.unlock();
-    throw;
-  }
-  co_await send_and_release(s, whole);
+  co_await write_all(chunk, limit);
   co_return chunk.size();
 }
 
 task<void> tls_stream::write_all(buffer_list buffers, deadline limit) {
   if (!state_) detail::throw_tls(tls_errc::closed, "write", "no stream (moved from)");
   state& s = *state_;
-  const deadline whole = whole_call(limit);
+  const deadline whole = io::whole_call_deadline(limit);
   auto turn = co_await s.send_turn.lock();
   turn.release();  // send_and_release lets it go
   try {
@@ -415,7 +401,7 @@ task<void> tls_stream::write_all(std::string_view text, deadline limit) {
 task<void> tls_stream::shutdown(deadline limit) {
   if (!state_) detail::throw_tls(tls_errc::closed, "shutdown", "no stream (moved from)");
   state& s = *state_;
-  const deadline whole = whole_call(limit);
+  const deadline whole = io::whole_call_deadline(limit);
   auto turn = co_await s.send_turn.lock();
   turn.release();  // send_and_release lets it go
   bool first = false;

@@ -50,6 +50,7 @@
 #include "spindle/core/reactor.hpp"
 #include "spindle/core/runnable.hpp"
 #include "spindle/core/timer_wheel.hpp"
+#include "spindle/io/deadline.hpp"
 #include "spindle/core/runtime_core.hpp"
 #include "spindle/task/spawned_task.hpp"
 
@@ -68,7 +69,10 @@ class io_wait : public cancellable_wait {
   io_wait& operator=(const io_wait&) = delete;
   // Destroyed without having been resumed (the task's frame destroyed while woken, e.g. by a
   // runtime being destroyed) after an accept completed: closes the descriptor the kernel made,
-  // which nobody else will ever see.
+  // which nobody else will ever see. Reading `completed_` and the result here is safe: a woken
+  // frame is destroyed either by the worker that owns the reactor (the thread that wrote them)
+  // or by the runtime's shutdown after every worker was joined (which orders their writes
+  // before it); an awaiter still waiting on the kernel is never destroyed (see the top).
   ~io_wait();
 
   // Throws usage_error outside a task on a runtime worker.
@@ -161,6 +165,13 @@ inline detail::io_deadline_wait submit_and_wait(core::io_operation& operation,
 // The runtime clock's reading on the calling worker (for io::deadline::resolve); usage_error
 // elsewhere.
 clock_time current_time();
+
+// `limit` made absolute at the start of a call (the clock read once, on the calling worker), so
+// that every step of the call shares one deadline: the retries and readiness waits of a socket
+// call, the reads of a buffered read_line, the transport calls of a TLS read. none() stays none.
+inline deadline whole_call_deadline(deadline limit) {
+  return limit.is_set() ? deadline::at(limit.resolve(current_time())) : limit;
+}
 
 // The reactor of the executor running the calling task (usage_error elsewhere).
 core::reactor& current_reactor();

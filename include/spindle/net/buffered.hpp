@@ -55,13 +55,6 @@
 
 namespace spindle::net {
 
-namespace detail {
-// A deadline fixed at the start of a buffered call, so that its every step shares it.
-inline deadline whole_call(deadline limit) {
-  return limit.is_set() ? deadline::at(limit.resolve(io::current_time())) : limit;
-}
-}  // namespace detail
-
 template <class Stream>
 class buffered_reader {
  public:
@@ -90,7 +83,7 @@ class buffered_reader {
 
   // Exactly buffer.size() bytes; std::system_error(ECONNRESET) if the stream ends first.
   task<void> read_exact(std::span<std::byte> buffer, deadline limit = {}) {
-    const deadline whole = detail::whole_call(limit);
+    const deadline whole = io::whole_call_deadline(limit);
     std::size_t done = take(buffer);
     while (done < buffer.size()) {
       const std::size_t n = co_await read(buffer.subspan(done), whole);
@@ -107,7 +100,7 @@ class buffered_reader {
   // appended. If the stream ends first, appends what was left (no delimiter; 0 if nothing).
   task<std::size_t> read_until(std::string& out, char delimiter,
                                std::size_t max_length = default_max_length, deadline limit = {}) {
-    const deadline whole = detail::whole_call(limit);
+    const deadline whole = io::whole_call_deadline(limit);
     std::size_t scanned = 0;  // bytes of the buffered part already searched
     for (;;) {
       const char* begin = reinterpret_cast<const char*>(buffer_.data() + start_);
@@ -151,7 +144,7 @@ class buffered_reader {
   // max_frame.
   task<std::optional<std::vector<std::byte>>> read_frame(std::size_t max_frame = default_max_frame,
                                                          deadline limit = {}) {
-    const deadline whole = detail::whole_call(limit);
+    const deadline whole = io::whole_call_deadline(limit);
     while (end_ - start_ < 4) {
       const std::size_t filled = co_await fill(whole);
       if (filled == 0) {
