@@ -180,8 +180,12 @@ void on_ping(void* context) noexcept {
   std::atomic_signal_fence(std::memory_order_acquire);
   core::executor& self = *state->executor;
   if (top == state->frames) {
-    // Between computations (or in a runnable that never forked): nothing to offer, now or until
-    // this runnable forks, and then its clock checks request pings.
+    // Between computations (or in a runnable that has not forked yet): nothing to offer, so no
+    // more pings without a request. If the runnable forks later, its first fork must check the
+    // clock (which requests the next ping): the countdown a fine-grained computation left may
+    // be far too long for a leaf that never forks, and would otherwise leave the frame latent
+    // for the rest of the runnable (relaxed: see count_down).
+    state->countdown.store(1, std::memory_order_relaxed);
     self.request_ping(0);
     self.decline_pings();
     return;

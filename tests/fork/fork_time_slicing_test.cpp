@@ -108,6 +108,24 @@ TEST_P(ForkTimeSlicing, TwoForkJoinBranchesThatNeverForkOverlap) {
   }
 }
 
+// The same two branches, forked by a runnable that first ran long without forking: its
+// unrequested ping came before the first frame (as when a loaded machine deschedules the worker
+// between the task's start and its fork). CI failed the test above once so: the ping that found
+// no frame declined pings for the rest of the runnable, and after a fine-grained computation the
+// countdown was too long for the fork to check the clock and request one.
+TEST_P(ForkTimeSlicing, BranchesForkedAfterALongStartStillOverlap) {
+  for (int round = 0; round < 3; ++round) {
+    rendezvous r;
+    spindle::run_on(rt, [&] {
+      // Longer than half a service interval, so the monitor's unrequested ping lands here.
+      const auto until = steady_clock::now() + std::chrono::milliseconds(20);
+      spin_until_or_bound([&] { return steady_clock::now() > until; });
+      spindle::fork_join([&] { r.arrive(0); }, [&] { r.arrive(1); });
+    });
+    EXPECT_TRUE(r.both_met()) << "round " << round << ": the right branch waited for the left";
+  }
+}
+
 // Eight elements that never fork: the owner's first element waits (bounded) until another
 // element has started, which happens only if the remainder was offered while it ran.
 TEST_P(ForkTimeSlicing, EightLoopElementsThatNeverForkOverlap) {

@@ -35,7 +35,9 @@
 // signal (executor.hpp, "pings"), also when a runnable has run for half a service interval
 // without any request (a computation whose first act is a long leaf), and `on_ping` runs the same
 // promotion in signal context, on the owner's thread, between any two of its instructions. A ping
-// that finds no frame declines further unrequested pings for the running runnable. What
+// that finds no frame declines further unrequested pings for the running runnable and sets the
+// countdown to 1, so that if the runnable forks later, its first fork checks the clock and
+// requests a ping (without that, a long leaf forked after such a ping went unoffered). What
 // it touches is therefore shared with the interrupted owner as with another thread, except that
 // ordering needs only compiler fences (std::atomic_signal_fence):
 //   - `top`, the frames' `published`, the loop frames' `next`/`end`, `epoch`,
