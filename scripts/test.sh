@@ -4,7 +4,9 @@
 #   tsan        unit + stress under ThreadSanitizer
 #               (TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1", set by the tsan test preset)
 #   asan-ubsan  unit tests under AddressSanitizer + UBSan
-#   clang-release  all tests but the Relacy models, built by clang 19 (the second compiler)
+#   clang-release  unit, package, example and guide tests, built by clang 19 (the second
+#               compiler); no Relacy models or stress tests (CI's 40 minutes; release and tsan
+#               run the stress tests)
 # Choose presets with SPINDLE_PRESETS="release tsan asan-ubsan clang-release" (the default).
 # Each step prints how long it took (CI's budget is the sum).
 # Ends with "N passed, N failed" over all presets; exits non-zero on any failure.
