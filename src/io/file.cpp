@@ -4,6 +4,7 @@
 #include <linux/io_uring.h>  // IORING_FSYNC_DATASYNC (the reactor's fsync flag)
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/uio.h>  // preadv2, RWF_NOWAIT
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,6 +113,16 @@ task<file> file::open(std::string path, int flags, mode_t mode) {
 
 task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offset) {
   const std::int64_t at = checked_offset(offset, "pread");
+  if (detail::may_complete_without_reactor()) {
+    // Cached pages: read them here, a system call instead of a round trip through the reactor.
+    // RWF_NOWAIT never blocks: pages not in the page cache give EAGAIN (or a short read of
+    // those that are); every failure (EAGAIN, ESPIPE for a pipe or socket, EOPNOTSUPP where the
+    // file system has no such reads, EINTR, real errors) goes through the reactor, which waits
+    // for the disk or reports the error as before.
+    iovec vector{buffer.data(), std::min(buffer.size(), max_transfer)};
+    const ssize_t got = ::preadv2(fd_, &vector, 1, at, RWF_NOWAIT);
+    if (got >= 0) co_return std::size_t(got);
+  }
   const std::int32_t result = co_await submit_retrying(
       transfer_operation(core::io_opcode::read, fd_, buffer.data(), buffer.size(), at), POLLIN);
   if (result < 0) throw_error(-result, "pread");

@@ -51,8 +51,10 @@ io_wait::~io_wait() {
   }
 }
 
-bool io_wait::await_ready() {
-  // The task must run on this worker's runtime: an embedded executor has no reactor.
+namespace {
+// The executor of the calling worker, which must be running a task of that executor's runtime
+// (an embedded executor has no reactor): usage_error otherwise.
+core::executor& worker_of_current_task() {
   spawned_task_base* t = spawned_task_base::current();
   core::executor* e = core::executor::current();
   if (t == nullptr || e == nullptr ||
@@ -60,7 +62,18 @@ bool io_wait::await_ready() {
           static_cast<::spindle::detail::runtime_state*>(e->core().layer_state())) != &t->host()) {
     throw usage_error("spindle: I/O needs a task running on a runtime worker");
   }
+  return *e;
+}
+}  // namespace
+
+bool io_wait::await_ready() {
+  (void)worker_of_current_task();
   return false;
+}
+
+bool may_complete_without_reactor() {
+  if (worker_of_current_task().io().has_test_hooks()) return false;
+  return ::spindle::detail::cooperative_await::may_complete_inline();
 }
 
 bool io_wait::await_suspend(std::coroutine_handle<> h) noexcept {

@@ -168,6 +168,11 @@ class reactor : public park_driver {
   // Test hook making the submission queue look full (see io_sq_fault_hook); null disables it.
   // Owner thread. Ignored by the epoll backend.
   void set_sq_fault_hook(io_sq_fault_hook hook) noexcept { sq_fault_hook_ = hook; }
+  // Whether a test hook is installed: callers that could complete an operation without the
+  // reactor (io::file's cached reads) then go through it, where the faults are injected.
+  bool has_test_hooks() const noexcept {
+    return fault_hook_ != nullptr || sq_fault_hook_ != nullptr;
+  }
 
  protected:
   io_fault_hook fault_hook_ = nullptr;

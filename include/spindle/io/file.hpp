@@ -24,6 +24,14 @@
 //     don't, or pass O_NONBLOCK.
 //   - read_at / write_at: one io_opcode::read / io_opcode::write at the offset. The length of
 //     one operation is capped at max_transfer bytes (a longer buffer gives a short transfer).
+//     read_at first tries preadv2(RWF_NOWAIT) on the worker: pages in the page cache are read
+//     at once, without a round trip through the reactor (a task reading cached files was slower
+//     than a plain read loop: see "Bridging async sources" in docs/design/fork-join.md). It
+//     never blocks: pages the kernel would have to fetch, and every failure, go through the
+//     reactor as before. Such a read counts against the task's cooperative budget like any await
+//     that completes at once (task/spawned_task.hpp): a task reading a large cached file still
+//     yields about once per service interval, and a cancelled task meets its cancellation at
+//     the read. With a test hook on the reactor (fault injection) every read goes through it.
 //   - write_vectored_at: one io_opcode::writev (pwritev(2); IORING_OP_WRITEV) of up to IOV_MAX
 //     buffers and max_transfer bytes, written one after the other from the offset; the
 //     buffer_list (io/buffer_list.hpp) is the sockets' type. write_all_at over a list loops over

@@ -148,6 +148,17 @@ class io_deadline_wait final : public io_wait {
 
 }  // namespace detail
 
+namespace detail {
+// The gate of an I/O call's fast path, one that completes the call on the calling worker
+// without the reactor (io::file::read_at of cached pages, file.hpp). First the checks of
+// io_wait::await_ready (usage_error outside a task of this worker's runtime), then the
+// cooperative-await protocol (task/spawned_task.hpp): it counts one unit of the task's budget,
+// and is false when the budget is spent or a cancellation was requested, so the call goes through
+// the reactor, whose await suspends (a yield) or delivers the cancellation. Also false where the
+// reactor has a test hook: injected faults must reach the call.
+bool may_complete_without_reactor();
+}  // namespace detail
+
 // Awaitable: submits `operation` on the current executor's reactor and resumes with its result.
 // The operation (and the memory it points to) must stay valid until the await returns.
 inline detail::io_wait submit_and_wait(core::io_operation& operation) noexcept {

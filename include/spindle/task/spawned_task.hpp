@@ -323,8 +323,10 @@ inline spawned_task_base* spawned_task_base::current() noexcept { return current
 // with items or room, a oneshot with its value, a wait_group at zero, a join of a finished task,
 // a sleep whose deadline has passed, a join_set with a completed child, wait_named with none
 // live, a turnstile notified while polling). An await that really suspends also counts, which
-// changes nothing: the budget is reset when the task runs again. I/O awaits always suspend (the
-// reactor delivers every completion from its poll, never inline from submit): nothing to count.
+// changes nothing: the budget is reset when the task runs again. I/O through the reactor always
+// suspends (it delivers every completion from its poll, never inline from submit); an I/O call
+// with a fast path that skips the reactor (io::file::read_at of cached pages) counts it with
+// may_complete_inline before trying it (io::detail::may_complete_without_reactor).
 //
 // The protocol of an await that may complete without suspending (cooperative_await below):
 //   - await_ready, before its fast path: `if (!cooperative_await::may_complete_inline())
