@@ -187,6 +187,11 @@ void executor::push_local(runnable* r, schedule_hint hint) noexcept {
   // A lone item left to us is rescued by the monitor if the running task never returns
   // (runtime_monitor.hpp, step 3).
   const std::uint32_t queued = local_.push(r, sink);
+  if (hint == schedule_hint::wake && waiting_woken_ == nullptr) {
+    waiting_woken_ = r;  // its wait counts (look_at_oldest_local)
+    waiting_woken_position_ = local_.newest_position();
+    waiting_woken_since_ns_ = core_.coarse_now_ns();
+  }
   if (queued >= 2) core_.notify_after_seq_cst_publish();
 }
 
@@ -234,6 +239,12 @@ runnable* executor::next_runnable() noexcept {
   if (pinned_turn_owed_) {
     pinned_turn_owed_ = false;
     if (runnable* r = pinned_yielded_.pop_front()) return r;
+  }
+  // A woken task, the oldest local item, waited a whole service interval under newer work: its
+  // turn (newest first would bury it for as long as new work keeps coming, time-slicing.md).
+  if (oldest_turn_owed_) {
+    oldest_turn_owed_ = false;
+    if (runnable* r = local_.pop_oldest()) return r;
   }
   // A countdown rather than tick % interval: a division per runnable is measurable here.
   if (--until_injector_check_ == 0) {
@@ -367,6 +378,7 @@ void executor::run_one(runnable* r) noexcept {
   }
   // relaxed: single writer; a sample for the monitor's stall watch (nothing is published by it).
   running_.store(r, std::memory_order_relaxed);
+  if (r == waiting_woken_) waiting_woken_ = nullptr;  // its wait is over (look_at_oldest_local)
   metrics::run_measured(*this, r);  // r->run(), timed while histograms are on
   running_.store(nullptr, std::memory_order_relaxed);  // relaxed: as above
   metrics::bump(stats_.runnables_run);
@@ -381,6 +393,33 @@ void executor::run_one(runnable* r) noexcept {
     service();
   } else if (core_.coarse_now_ns() - last_service_ns_ >= core_.service_interval_ns()) {
     service();
+  }
+}
+
+// "Woken tasks are never buried" (time-slicing.md): a woken task goes on the newest end and
+// normally runs next, but newer work pushed before that (a join's waiter, the next child of a
+// rolling set) buries it for as long as such work keeps coming. Popping the oldest item per
+// interval of time whatever it is would cost locality where nothing waits (skynet: the buried
+// items are unstarted spawns, executor-loop.md), so only a woken runnable's wait counts: the
+// first woken runnable queued here is remembered (push_local) until it runs here (run_one) or
+// leaves the queue from its oldest end (stolen, moved to the overflow: holds_position false).
+// Once it has waited a service interval *and is the oldest item*, it is owed the oldest item's
+// turn. Only then: the oldest end is also where yields go (push_oldest), and popping a yielded
+// task that yields again would pop it again and again while the woken task waited above it
+// (CooperativeBudgetInTime.ALoopOfSlowImmediateAwaitsYieldsAfterAServiceInterval caught a first
+// version that popped the oldest item whatever it was). A woken task with older items below it
+// waits for newest-first pops to reach it, or for those below it to go. A wrong guess (the
+// position named another item after an overflow, the address reused by another runnable, a
+// thief taking the item just before the pop) costs one oldest-first pop.
+void executor::look_at_oldest_local() noexcept {
+  if (waiting_woken_ == nullptr) return;
+  if (!local_.holds_position(waiting_woken_position_)) {
+    waiting_woken_ = nullptr;  // taken from the oldest end: whoever took it runs it
+    return;
+  }
+  if (local_.oldest_position() == waiting_woken_position_ &&
+      last_service_ns_ - waiting_woken_since_ns_ >= core_.service_interval_ns()) {
+    oldest_turn_owed_ = true;
   }
 }
 
@@ -408,6 +447,7 @@ void executor::service() noexcept {
     injector_turn_owed_ = true;
     injector_turn_at_ns_ = last_service_ns_;
   }
+  look_at_oldest_local();
   stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
   fire_timers();
@@ -422,6 +462,7 @@ void executor::service() noexcept {
 void executor::service_point() noexcept {
   if (core_.coarse_now_ns() - last_service_ns_ < core_.service_interval_ns()) return;
   last_service_ns_ = core_.coarse_now_ns();
+  look_at_oldest_local();
   stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
   fire_timers();

@@ -33,7 +33,8 @@
 // owner stuck in one runnable for a whole check interval steals ceil(n/2) instead, which includes
 // the newest item when it is the only one: a queued task is never held hostage by a task that
 // does not yield. Starvation of old items under a steady stream of new ones is bounded by the
-// executor popping from the oldest end every few iterations (see executor.hpp).
+// executor popping from the oldest end: once a woken item has waited a service interval, and
+// after a very long run of iterations whatever the item (see executor.hpp).
 #pragma once
 
 #include <cstdint>
@@ -200,6 +201,21 @@ class local_queue {
     // relaxed: the owner reads a word only it and thieves change; a stale value only delays the
     // fairness pop.
     return unpack(positions_.load(std::memory_order_relaxed)).real;
+  }
+  // Owner, right after a push: the position of the item it queued (unless the push moved it
+  // to the overflow with half of the ring, which makes holds_position false or names another
+  // item: the executor's use of it tolerates both, see executor.cpp look_at_oldest_local).
+  std::uint16_t newest_position() const {
+    // relaxed: only the owner moves `tail`.
+    return std::uint16_t(unpack(positions_.load(std::memory_order_relaxed)).tail - 1);
+  }
+  // Owner. Whether `position` is still between the oldest and the newest queued item: false
+  // once that item, or any newer one, was taken from the oldest end (stolen, popped oldest, moved
+  // to the overflow), or every item from it up was popped from the newest end.
+  bool holds_position(std::uint16_t position) const {
+    // relaxed: as in oldest_position; a stale `real` only delays the answer by one look.
+    const unpacked p = unpack(positions_.load(std::memory_order_relaxed));
+    return distance(p.real, position) < distance(p.real, p.tail);
   }
 
  private:
