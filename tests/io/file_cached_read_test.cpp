@@ -5,15 +5,21 @@
 //     through the reactor with the same bytes;
 //   - a loop of cached reads, which never waits, still lets another task on its executor run
 //     (the reads count against the cooperative budget);
-//   - with a fault-injection hook on the reactor, reads go through it (the hook sees them).
+//   - with a fault-injection hook on the reactor, reads go through it (the hook sees them);
+//   - an O_DIRECT file bypasses the page cache: RWF_NOWAIT would read it from the device on the
+//     worker (it only avoids waiting for locks), so its reads go through the reactor.
 // Waits are bounded (join_bounded / eventually); nothing sleeps to synchronise.
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -148,6 +154,39 @@ TEST_P(IoFileCachedRead, ReadsGoThroughTheReactorWhileAFaultHookIsInstalled) {
   EXPECT_EQ(back.submitted, 17u);  // 16 reads of data, one at the end
   EXPECT_GE(hooked_operations.load(), 17);
   rt_.reset();  // before the hook's counter could matter to another test
+}
+
+TEST_P(IoFileCachedRead, ODirectReadsGoThroughTheReactor) {
+  const auto bytes = pattern_bytes(64 * 1024);
+  rt_->block_on(write_file(path("direct"), bytes));
+  const int probe = ::open(path("direct").c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (probe < 0) GTEST_SKIP() << "no O_DIRECT on the test directory's file system";
+  ::close(probe);
+  struct direct_read {
+    std::vector<std::byte> bytes;
+    std::uint64_t submitted = 0;
+  };
+  const direct_read back = rt_->block_on([](std::string p) -> spindle::task<direct_read> {
+    file f = co_await file::open(std::move(p), O_RDONLY | O_DIRECT);
+    // O_DIRECT wants an aligned buffer.
+    void* memory = nullptr;
+    if (::posix_memalign(&memory, 4096, 64 * 1024) != 0) throw std::bad_alloc();
+    std::unique_ptr<void, decltype(&::free)> owned(memory, &::free);
+    const std::span<std::byte> buffer(static_cast<std::byte*>(memory), 64 * 1024);
+    direct_read result;
+    const std::uint64_t before = spindle::io::current_reactor().operations_submitted();
+    for (std::uint64_t offset = 0; offset < buffer.size();) {
+      const std::size_t got = co_await f.read_at(buffer.subspan(offset, 4096), offset);
+      if (got == 0) break;
+      offset += got;
+    }
+    result.submitted = spindle::io::current_reactor().operations_submitted() - before;
+    result.bytes.assign(buffer.begin(), buffer.end());
+    co_return result;
+  }(path("direct")));
+  EXPECT_TRUE(back.bytes == bytes);
+  // Every one of the 16 reads went to the device: through the reactor, none on the worker.
+  EXPECT_EQ(back.submitted, 16u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoFileCachedRead,

@@ -28,7 +28,8 @@
 //     at once, without a round trip through the reactor (a task reading cached files was slower
 //     than a plain read loop: see "Bridging async sources" in docs/design/fork-join.md). It
 //     never blocks: pages the kernel would have to fetch, and every failure, go through the
-//     reactor as before. Such a read counts against the task's cooperative budget like any await
+//     reactor as before; so does every read of a file with O_DIRECT (checked with fcntl at each
+//     read), which RWF_NOWAIT would read from the device, waiting for it on the worker. Such a read counts against the task's cooperative budget like any await
 //     that completes at once (task/spawned_task.hpp): a task reading a large cached file still
 //     yields about once per service interval, and a cancelled task meets its cancellation at
 //     the read. With a test hook on the reactor (fault injection) every read goes through it.
