@@ -17,6 +17,7 @@
 
 #include "spindle/io/io_wait.hpp"
 #include "spindle/task/cancellation.hpp"
+#include "spindle/task/spawned_task.hpp"  // end_slice_if_over
 #include "io/buffer_vectors.hpp"
 
 namespace spindle::io {
@@ -131,7 +132,12 @@ task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offse
     // RWF_NOWAIT reads would wait for the device on the worker.)
     iovec vector{buffer.data(), std::min(buffer.size(), max_transfer)};
     const ssize_t got = ::preadv2(fd_, &vector, 1, at, RWF_NOWAIT);
-    if (got >= 0) co_return std::size_t(got);
+    if (got >= 0) {
+      // The copy may have outlasted the slice (up to max_transfer bytes for one unit of the
+      // budget): then the next await yields.
+      ::spindle::detail::end_slice_if_over();
+      co_return std::size_t(got);
+    }
   }
   const std::int32_t result = co_await submit_retrying(
       transfer_operation(core::io_opcode::read, fd_, buffer.data(), buffer.size(), at), POLLIN);

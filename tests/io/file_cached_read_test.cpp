@@ -5,6 +5,8 @@
 //     through the reactor with the same bytes;
 //   - a loop of cached reads, which never waits, still lets another task on its executor run
 //     (the reads count against the cooperative budget);
+//   - a loop of long cached reads (each longer than the service interval) lets another task on its
+//     executor run after a read or two, not after cooperative_time_check of them;
 //   - with a fault-injection hook on the reactor, reads go through it (the hook sees them);
 //   - an O_DIRECT file bypasses the page cache: RWF_NOWAIT would read it from the device on the
 //     worker (it only avoids waiting for locks), so its reads go through the reactor.
@@ -138,6 +140,34 @@ TEST_P(IoFileCachedRead, ALoopOfCachedReadsLetsAnotherTaskRun) {
   const long reads = spindle::testing::join_bounded(std::move(reader), 60s);
   EXPECT_LT(reads, most_reads) << "the reader held its executor through every read";
   spindle::testing::join_bounded(std::move(other), 10s);
+}
+
+TEST_P(IoFileCachedRead, LongCachedReadsEndTheSliceAtOnce) {
+  // 32 MiB per read: a copy of a millisecond or more (the service interval) on any machine.
+  constexpr std::size_t step = 32u << 20;
+  rt_->block_on(write_file(path("long"), pattern_bytes(step)));
+  const long reads = rt_->block_on([](std::string p) -> spindle::task<long> {
+    file f = co_await file::open(std::move(p));
+    std::vector<std::byte> buffer(step);
+    (void)co_await f.read_at(buffer, 0);  // the slice has begun
+    std::atomic<bool> other_ran{false};
+    // The same (only) worker: the other task runs when this one yields.
+    auto other = spindle::spawn([](std::atomic<bool>& ran) -> spindle::task<void> {
+      ran.store(true);
+      co_return;
+    }(other_ran));
+    long reads = 0;
+    while (!other_ran.load() && reads < 1000) {
+      (void)co_await f.read_at(buffer, 0);
+      ++reads;
+    }
+    co_await std::move(other);
+    co_return reads;
+  }(path("long")));
+  // Each read outlasts the slice: the budget is spent after it, and the next read yields. Without
+  // a clock check after a long read the slice lasted cooperative_time_check (16) reads.
+  std::printf("[          ] reads of 32 MiB before the other task ran: %ld\n", reads);
+  EXPECT_LE(reads, 4) << "reads of " << step << " bytes before the other task ran";
 }
 
 // A hook that counts what it sees and changes nothing.

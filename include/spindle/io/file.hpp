@@ -30,8 +30,9 @@
 //     never blocks: pages the kernel would have to fetch, and every failure, go through the
 //     reactor as before; so does every read of a file with O_DIRECT (checked with fcntl at each
 //     read), which RWF_NOWAIT would read from the device, waiting for it on the worker. Such a read counts against the task's cooperative budget like any await
-//     that completes at once (task/spawned_task.hpp): a task reading a large cached file still
-//     yields about once per service interval, and a cancelled task meets its cancellation at
+//     that completes at once (task/spawned_task.hpp), and the slice's clock is checked after it
+//     (a read copies up to max_transfer bytes): a task reading a large cached file still yields
+//     about once per service interval (or once per read, for reads longer than that), and a cancelled task meets its cancellation at
 //     the read. With a test hook on the reactor (fault injection) every read goes through it.
 //   - write_vectored_at: one io_opcode::writev (pwritev(2); IORING_OP_WRITEV) of up to IOV_MAX
 //     buffers and max_transfer bytes, written one after the other from the offset; the
