@@ -85,13 +85,21 @@ core::io_operation vectored_write_operation(int fd, std::vector<iovec>& vectors,
 
 static_assert(file::max_transfer == detail::max_batch_bytes);
 
-// Whether reads of `fd` bypass the page cache (O_DIRECT, which fcntl(F_SETFL) may set at any
-// time). preadv2(RWF_NOWAIT) of such a file does not return EAGAIN for what the device has to
-// supply: RWF_NOWAIT only avoids waiting for locks, and the read itself goes to the device and is
-// waited for, here on the worker. So such reads never take the fast path.
-bool bypasses_page_cache(int fd) noexcept {
+// Whether reads of `fd` may take the fast path: only files with the page cache behind them, the
+// one thing RWF_NOWAIT is for. Not
+//   - O_DIRECT (which fcntl(F_SETFL) may set at any time): RWF_NOWAIT does not return EAGAIN for
+//     what the device has to supply, it only avoids waiting for locks; the read itself goes to
+//     the device and is waited for, here on the worker;
+//   - anything but a regular file or a block device: a character device has no page cache and
+//     may honour RWF_NOWAIT by doing the whole read at once (/dev/urandom computes a GiB in
+//     seconds, on the worker); pipes, sockets, /proc and directories fail it anyway.
+bool reads_through_page_cache(int fd) noexcept {
+  struct stat status;
+  if (::fstat(fd, &status) != 0 || !(S_ISREG(status.st_mode) || S_ISBLK(status.st_mode))) {
+    return false;
+  }
   const int flags = ::fcntl(fd, F_GETFL);
-  return flags >= 0 && (flags & O_DIRECT) != 0;
+  return flags >= 0 && (flags & O_DIRECT) == 0;
 }
 
 }  // namespace
@@ -123,13 +131,13 @@ task<file> file::open(std::string path, int flags, mode_t mode) {
 
 task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offset) {
   const std::int64_t at = checked_offset(offset, "pread");
-  if (detail::may_complete_without_reactor() && !bypasses_page_cache(fd_)) {
+  if (detail::may_complete_without_reactor() && reads_through_page_cache(fd_)) {
     // Cached pages: read them here, a system call instead of a round trip through the reactor.
     // RWF_NOWAIT never blocks: pages not in the page cache give EAGAIN (or a short read of
     // those that are); every failure (EAGAIN, ESPIPE for a pipe or socket, EOPNOTSUPP where the
     // file system has no such reads, EINTR, real errors) goes through the reactor, which waits
-    // for the disk or reports the error as before. (An O_DIRECT file never gets here: its
-    // RWF_NOWAIT reads would wait for the device on the worker.)
+    // for the disk or reports the error as before. (Only regular files and block devices
+    // without O_DIRECT get here: reads_through_page_cache.)
     iovec vector{buffer.data(), std::min(buffer.size(), max_transfer)};
     const ssize_t got = ::preadv2(fd_, &vector, 1, at, RWF_NOWAIT);
     if (got >= 0) {

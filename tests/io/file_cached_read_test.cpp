@@ -8,6 +8,8 @@
 //   - a loop of long cached reads (each longer than the service interval) lets another task on its
 //     executor run after a read or two, not after cooperative_time_check of them;
 //   - with a fault-injection hook on the reactor, reads go through it (the hook sees them);
+//   - a character device has no page cache (a RWF_NOWAIT read of /dev/urandom computes the whole
+//     buffer on the worker): its reads go through the reactor;
 //   - an O_DIRECT file bypasses the page cache: RWF_NOWAIT would read it from the device on the
 //     worker (it only avoids waiting for locks), so its reads go through the reactor.
 // Waits are bounded (join_bounded / eventually); nothing sleeps to synchronise.
@@ -184,6 +186,20 @@ TEST_P(IoFileCachedRead, ReadsGoThroughTheReactorWhileAFaultHookIsInstalled) {
   EXPECT_EQ(back.submitted, 17u);  // 16 reads of data, one at the end
   EXPECT_GE(hooked_operations.load(), 17);
   rt_.reset();  // before the hook's counter could matter to another test
+}
+
+TEST_P(IoFileCachedRead, CharacterDeviceReadsGoThroughTheReactor) {
+  // No page cache behind a character device: a RWF_NOWAIT read of /dev/urandom generates the
+  // whole buffer on the worker (a GiB takes seconds), so such reads go through the reactor.
+  const std::uint64_t submitted = rt_->block_on([]() -> spindle::task<std::uint64_t> {
+    file f = co_await file::open("/dev/urandom");
+    std::vector<std::byte> buffer(4096);
+    const std::uint64_t before = spindle::io::current_reactor().operations_submitted();
+    const std::size_t got = co_await f.read_at(buffer, 0);
+    EXPECT_EQ(got, buffer.size());
+    co_return spindle::io::current_reactor().operations_submitted() - before;
+  }());
+  EXPECT_EQ(submitted, 1u);
 }
 
 TEST_P(IoFileCachedRead, ODirectReadsGoThroughTheReactor) {

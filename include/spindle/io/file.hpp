@@ -28,8 +28,9 @@
 //     at once, without a round trip through the reactor (a task reading cached files was slower
 //     than a plain read loop: see "Bridging async sources" in docs/design/fork-join.md). It
 //     never blocks: pages the kernel would have to fetch, and every failure, go through the
-//     reactor as before; so does every read of a file with O_DIRECT (checked with fcntl at each
-//     read), which RWF_NOWAIT would read from the device, waiting for it on the worker. Such a read counts against the task's cooperative budget like any await
+//     reactor as before. Only regular files and block devices without O_DIRECT take it (fstat and
+//     fcntl at each read): RWF_NOWAIT would read an O_DIRECT file from the device, waiting for
+//     it on the worker, and a character device at once however long that takes (/dev/urandom). Such a read counts against the task's cooperative budget like any await
 //     that completes at once (task/spawned_task.hpp), and the slice's clock is checked after it
 //     (a read copies up to max_transfer bytes): a task reading a large cached file still yields
 //     about once per service interval (or once per read, for reads longer than that), and a cancelled task meets its cancellation at
