@@ -104,12 +104,16 @@ bool reads_through_page_cache(int fd) noexcept {
 
 }  // namespace
 
-file::file(file&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+file::file(file&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      page_cached_(other.page_cached_.exchange(-1, std::memory_order_relaxed)) {}
 
 file& file::operator=(file&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    page_cached_.store(other.page_cached_.exchange(-1, std::memory_order_relaxed),
+                       std::memory_order_relaxed);
   }
   return *this;
 }
@@ -118,7 +122,10 @@ file::~file() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int file::release() noexcept { return std::exchange(fd_, -1); }
+int file::release() noexcept {
+  page_cached_.store(-1, std::memory_order_relaxed);
+  return std::exchange(fd_, -1);
+}
 
 task<file> file::open(std::string path, int flags, mode_t mode) {
   int fd;
@@ -131,7 +138,14 @@ task<file> file::open(std::string path, int flags, mode_t mode) {
 
 task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offset) {
   const std::int64_t at = checked_offset(offset, "pread");
-  if (detail::may_complete_without_reactor() && reads_through_page_cache(fd_)) {
+  // Found once per file (two system calls; a file's type does not change). Relaxed: several tasks
+  // may read one file at once, and each finds the same answer.
+  signed char page_cached = page_cached_.load(std::memory_order_relaxed);
+  if (page_cached < 0 && fd_ >= 0) {
+    page_cached = reads_through_page_cache(fd_) ? 1 : 0;
+    page_cached_.store(page_cached, std::memory_order_relaxed);
+  }
+  if (detail::may_complete_without_reactor() && page_cached > 0) {
     // Cached pages: read them here, a system call instead of a round trip through the reactor.
     // RWF_NOWAIT never blocks: pages not in the page cache give EAGAIN (or a short read of
     // those that are); every failure (EAGAIN, ESPIPE for a pipe or socket, EOPNOTSUPP where the
