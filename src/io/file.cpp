@@ -17,6 +17,7 @@
 
 #include "spindle/io/io_wait.hpp"
 #include "spindle/task/cancellation.hpp"
+#include "spindle/task/spawned_task.hpp"  // end_slice_if_over
 #include "io/buffer_vectors.hpp"
 
 namespace spindle::io {
@@ -84,14 +85,35 @@ core::io_operation vectored_write_operation(int fd, std::vector<iovec>& vectors,
 
 static_assert(file::max_transfer == detail::max_batch_bytes);
 
+// Whether reads of `fd` may take the fast path: only files with the page cache behind them, the
+// one thing RWF_NOWAIT is for. Not
+//   - O_DIRECT (which fcntl(F_SETFL) may set at any time): RWF_NOWAIT does not return EAGAIN for
+//     what the device has to supply, it only avoids waiting for locks; the read itself goes to
+//     the device and is waited for, here on the worker;
+//   - anything but a regular file or a block device: a character device has no page cache and
+//     may honour RWF_NOWAIT by doing the whole read at once (/dev/urandom computes a GiB in
+//     seconds, on the worker); pipes, sockets, /proc and directories fail it anyway.
+bool reads_through_page_cache(int fd) noexcept {
+  struct stat status;
+  if (::fstat(fd, &status) != 0 || !(S_ISREG(status.st_mode) || S_ISBLK(status.st_mode))) {
+    return false;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  return flags >= 0 && (flags & O_DIRECT) == 0;
+}
+
 }  // namespace
 
-file::file(file&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+file::file(file&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      page_cached_(other.page_cached_.exchange(-1, std::memory_order_relaxed)) {}
 
 file& file::operator=(file&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    page_cached_.store(other.page_cached_.exchange(-1, std::memory_order_relaxed),
+                       std::memory_order_relaxed);
   }
   return *this;
 }
@@ -100,7 +122,10 @@ file::~file() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int file::release() noexcept { return std::exchange(fd_, -1); }
+int file::release() noexcept {
+  page_cached_.store(-1, std::memory_order_relaxed);
+  return std::exchange(fd_, -1);
+}
 
 task<file> file::open(std::string path, int flags, mode_t mode) {
   int fd;
@@ -113,15 +138,28 @@ task<file> file::open(std::string path, int flags, mode_t mode) {
 
 task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offset) {
   const std::int64_t at = checked_offset(offset, "pread");
-  if (detail::may_complete_without_reactor()) {
+  // Found once per file (two system calls; a file's type does not change). Relaxed: several tasks
+  // may read one file at once, and each finds the same answer.
+  signed char page_cached = page_cached_.load(std::memory_order_relaxed);
+  if (page_cached < 0 && fd_ >= 0) {
+    page_cached = reads_through_page_cache(fd_) ? 1 : 0;
+    page_cached_.store(page_cached, std::memory_order_relaxed);
+  }
+  if (detail::may_complete_without_reactor() && page_cached > 0) {
     // Cached pages: read them here, a system call instead of a round trip through the reactor.
     // RWF_NOWAIT never blocks: pages not in the page cache give EAGAIN (or a short read of
     // those that are); every failure (EAGAIN, ESPIPE for a pipe or socket, EOPNOTSUPP where the
     // file system has no such reads, EINTR, real errors) goes through the reactor, which waits
-    // for the disk or reports the error as before.
+    // for the disk or reports the error as before. (Only regular files and block devices
+    // without O_DIRECT get here: reads_through_page_cache.)
     iovec vector{buffer.data(), std::min(buffer.size(), max_transfer)};
     const ssize_t got = ::preadv2(fd_, &vector, 1, at, RWF_NOWAIT);
-    if (got >= 0) co_return std::size_t(got);
+    if (got >= 0) {
+      // The copy may have outlasted the slice (up to max_transfer bytes for one unit of the
+      // budget): then the next await yields.
+      ::spindle::detail::end_slice_if_over();
+      co_return std::size_t(got);
+    }
   }
   const std::int32_t result = co_await submit_retrying(
       transfer_operation(core::io_opcode::read, fd_, buffer.data(), buffer.size(), at), POLLIN);

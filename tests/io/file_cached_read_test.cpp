@@ -5,15 +5,25 @@
 //     through the reactor with the same bytes;
 //   - a loop of cached reads, which never waits, still lets another task on its executor run
 //     (the reads count against the cooperative budget);
-//   - with a fault-injection hook on the reactor, reads go through it (the hook sees them).
+//   - a loop of long cached reads (each longer than the service interval) lets another task on its
+//     executor run after a read or two, not after cooperative_time_check of them;
+//   - with a fault-injection hook on the reactor, reads go through it (the hook sees them);
+//   - a character device has no page cache (a RWF_NOWAIT read of /dev/urandom computes the whole
+//     buffer on the worker): its reads go through the reactor;
+//   - an O_DIRECT file bypasses the page cache: RWF_NOWAIT would read it from the device on the
+//     worker (it only avoids waiting for locks), so its reads go through the reactor.
 // Waits are bounded (join_bounded / eventually); nothing sleeps to synchronise.
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -134,6 +144,34 @@ TEST_P(IoFileCachedRead, ALoopOfCachedReadsLetsAnotherTaskRun) {
   spindle::testing::join_bounded(std::move(other), 10s);
 }
 
+TEST_P(IoFileCachedRead, LongCachedReadsEndTheSliceAtOnce) {
+  // 32 MiB per read: a copy of a millisecond or more (the service interval) on any machine.
+  constexpr std::size_t step = 32u << 20;
+  rt_->block_on(write_file(path("long"), pattern_bytes(step)));
+  const long reads = rt_->block_on([](std::string p) -> spindle::task<long> {
+    file f = co_await file::open(std::move(p));
+    std::vector<std::byte> buffer(step);
+    (void)co_await f.read_at(buffer, 0);  // the slice has begun
+    std::atomic<bool> other_ran{false};
+    // The same (only) worker: the other task runs when this one yields.
+    auto other = spindle::spawn([](std::atomic<bool>& ran) -> spindle::task<void> {
+      ran.store(true);
+      co_return;
+    }(other_ran));
+    long reads = 0;
+    while (!other_ran.load() && reads < 1000) {
+      (void)co_await f.read_at(buffer, 0);
+      ++reads;
+    }
+    co_await std::move(other);
+    co_return reads;
+  }(path("long")));
+  // Each read outlasts the slice: the budget is spent after it, and the next read yields. Without
+  // a clock check after a long read the slice lasted cooperative_time_check (16) reads.
+  std::printf("[          ] reads of 32 MiB before the other task ran: %ld\n", reads);
+  EXPECT_LE(reads, 4) << "reads of " << step << " bytes before the other task ran";
+}
+
 // A hook that counts what it sees and changes nothing.
 std::atomic<long> hooked_operations{0};
 void count_operation(spindle::core::io_operation*) noexcept { hooked_operations.fetch_add(1); }
@@ -148,6 +186,53 @@ TEST_P(IoFileCachedRead, ReadsGoThroughTheReactorWhileAFaultHookIsInstalled) {
   EXPECT_EQ(back.submitted, 17u);  // 16 reads of data, one at the end
   EXPECT_GE(hooked_operations.load(), 17);
   rt_.reset();  // before the hook's counter could matter to another test
+}
+
+TEST_P(IoFileCachedRead, CharacterDeviceReadsGoThroughTheReactor) {
+  // No page cache behind a character device: a RWF_NOWAIT read of /dev/urandom generates the
+  // whole buffer on the worker (a GiB takes seconds), so such reads go through the reactor.
+  const std::uint64_t submitted = rt_->block_on([]() -> spindle::task<std::uint64_t> {
+    file f = co_await file::open("/dev/urandom");
+    std::vector<std::byte> buffer(4096);
+    const std::uint64_t before = spindle::io::current_reactor().operations_submitted();
+    const std::size_t got = co_await f.read_at(buffer, 0);
+    EXPECT_EQ(got, buffer.size());
+    co_return spindle::io::current_reactor().operations_submitted() - before;
+  }());
+  EXPECT_EQ(submitted, 1u);
+}
+
+TEST_P(IoFileCachedRead, ODirectReadsGoThroughTheReactor) {
+  const auto bytes = pattern_bytes(64 * 1024);
+  rt_->block_on(write_file(path("direct"), bytes));
+  const int probe = ::open(path("direct").c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (probe < 0) GTEST_SKIP() << "no O_DIRECT on the test directory's file system";
+  ::close(probe);
+  struct direct_read {
+    std::vector<std::byte> bytes;
+    std::uint64_t submitted = 0;
+  };
+  const direct_read back = rt_->block_on([](std::string p) -> spindle::task<direct_read> {
+    file f = co_await file::open(std::move(p), O_RDONLY | O_DIRECT);
+    // O_DIRECT wants an aligned buffer.
+    void* memory = nullptr;
+    if (::posix_memalign(&memory, 4096, 64 * 1024) != 0) throw std::bad_alloc();
+    std::unique_ptr<void, decltype(&::free)> owned(memory, &::free);
+    const std::span<std::byte> buffer(static_cast<std::byte*>(memory), 64 * 1024);
+    direct_read result;
+    const std::uint64_t before = spindle::io::current_reactor().operations_submitted();
+    for (std::uint64_t offset = 0; offset < buffer.size();) {
+      const std::size_t got = co_await f.read_at(buffer.subspan(offset, 4096), offset);
+      if (got == 0) break;
+      offset += got;
+    }
+    result.submitted = spindle::io::current_reactor().operations_submitted() - before;
+    result.bytes.assign(buffer.begin(), buffer.end());
+    co_return result;
+  }(path("direct")));
+  EXPECT_TRUE(back.bytes == bytes);
+  // Every one of the 16 reads went to the device: through the reactor, none on the worker.
+  EXPECT_EQ(back.submitted, 16u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoFileCachedRead,

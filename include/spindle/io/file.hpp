@@ -28,9 +28,13 @@
 //     at once, without a round trip through the reactor (a task reading cached files was slower
 //     than a plain read loop: see "Bridging async sources" in docs/design/fork-join.md). It
 //     never blocks: pages the kernel would have to fetch, and every failure, go through the
-//     reactor as before. Such a read counts against the task's cooperative budget like any await
-//     that completes at once (task/spawned_task.hpp): a task reading a large cached file still
-//     yields about once per service interval, and a cancelled task meets its cancellation at
+//     reactor as before. Only regular files and block devices without O_DIRECT take it (fstat and
+//     fcntl at the first read_at of a file, then remembered: O_DIRECT set with fcntl later is not
+//     seen): RWF_NOWAIT would read an O_DIRECT file from the device, waiting for
+//     it on the worker, and a character device at once however long that takes (/dev/urandom). Such a read counts against the task's cooperative budget like any await
+//     that completes at once (task/spawned_task.hpp), and the slice's clock is checked after it
+//     (a read copies up to max_transfer bytes): a task reading a large cached file still yields
+//     about once per service interval (or once per read, for reads longer than that), and a cancelled task meets its cancellation at
 //     the read. With a test hook on the reactor (fault injection) every read goes through it.
 //   - write_vectored_at: one io_opcode::writev (pwritev(2); IORING_OP_WRITEV) of up to IOV_MAX
 //     buffers and max_transfer bytes, written one after the other from the offset; the
@@ -66,6 +70,7 @@
 #include <fcntl.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -136,6 +141,9 @@ class file {
   task<void> fsync_with(std::uint32_t flags, const char* call);
 
   int fd_ = -1;
+  // Whether read_at may take its fast path (src/io/file.cpp, reads_through_page_cache): found
+  // at the first read_at, then kept (-1: not yet known, 0: no, 1: yes).
+  std::atomic<signed char> page_cached_{-1};
 };
 
 }  // namespace spindle::io

@@ -383,6 +383,20 @@ inline bool consume_cooperative_budget() noexcept {
   return false;
 }
 
+// After an await that completed at once but whose work may have been long (io::file::read_at's
+// cached read copies up to max_transfer bytes, counted as one unit): compares the coarse clock
+// with the slice's start now rather than at the next cooperative_time_check unit, and spends the
+// budget past the service interval, so that the task's next await yields. Otherwise a task whose
+// every await completes at once after a long copy held its executor for cooperative_time_check
+// of them (16 copies of 32 MiB: a few hundred milliseconds). One relaxed load; nothing off a
+// runtime worker.
+inline void end_slice_if_over() noexcept {
+  const core::slice_clock& clock = core::current_slice_clock;
+  if (clock.now != nullptr && clock.read() - cooperative_slice_start_ns >= clock.length_ns) {
+    cooperative_budget_left = 0;
+  }
+}
+
 // The one place the awaits of every primitive meet the budget (the protocol above).
 struct cooperative_await {
   // await_ready, before a fast path that completes the await at once: counts the await. False
