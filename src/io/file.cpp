@@ -145,7 +145,8 @@ task<std::size_t> file::read_at(std::span<std::byte> buffer, std::uint64_t offse
     page_cached = reads_through_page_cache(fd_) ? 1 : 0;
     page_cached_.store(page_cached, std::memory_order_relaxed);
   }
-  if (detail::may_complete_without_reactor() && page_cached > 0) {
+  // (page_cached first: a read that cannot take the fast path spends no budget on it.)
+  if (page_cached > 0 && detail::may_complete_without_reactor()) {
     // Cached pages: read them here, a system call instead of a round trip through the reactor.
     // RWF_NOWAIT never blocks: pages not in the page cache give EAGAIN (or a short read of
     // those that are); every failure (EAGAIN, ESPIPE for a pipe or socket, EOPNOTSUPP where the

@@ -28,14 +28,16 @@
 //     at once, without a round trip through the reactor (a task reading cached files was slower
 //     than a plain read loop: see "Bridging async sources" in docs/design/fork-join.md). It
 //     never blocks: pages the kernel would have to fetch, and every failure, go through the
-//     reactor as before. Only regular files and block devices without O_DIRECT take it (fstat and
-//     fcntl at the first read_at of a file, then remembered: O_DIRECT set with fcntl later is not
-//     seen): RWF_NOWAIT would read an O_DIRECT file from the device, waiting for
-//     it on the worker, and a character device at once however long that takes (/dev/urandom). Such a read counts against the task's cooperative budget like any await
-//     that completes at once (task/spawned_task.hpp), and the slice's clock is checked after it
-//     (a read copies up to max_transfer bytes): a task reading a large cached file still yields
-//     about once per service interval (or once per read, for reads longer than that), and a cancelled task meets its cancellation at
-//     the read. With a test hook on the reactor (fault injection) every read goes through it.
+//     reactor as before. Only regular files and block devices without O_DIRECT take it (fstat
+//     and fcntl at the first read_at of a file, then remembered: O_DIRECT set with fcntl later
+//     is not seen): RWF_NOWAIT would read an O_DIRECT file from the device, waiting for it on
+//     the worker, and a character device at once however long that takes (/dev/urandom). Such
+//     a read counts against the task's cooperative budget like any await that completes at once
+//     (task/spawned_task.hpp), and the slice's clock is checked after it (one read copies up to
+//     max_transfer bytes): a task reading a large cached file still yields about once per
+//     service interval (once per read, for reads longer than that), and a cancelled task meets
+//     its cancellation at the read. With a test hook on the reactor (fault injection) every read
+//     goes through it.
 //   - write_vectored_at: one io_opcode::writev (pwritev(2); IORING_OP_WRITEV) of up to IOV_MAX
 //     buffers and max_transfer bytes, written one after the other from the offset; the
 //     buffer_list (io/buffer_list.hpp) is the sockets' type. write_all_at over a list loops over
