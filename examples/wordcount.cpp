@@ -7,8 +7,9 @@
 // that are not C-locale white space (space, \t, \n, \v, \f, \r), bytes all bytes.
 //   files   (default) a walker task sends the paths of the files over a channel, 32 a batch;
 //           for_each_concurrent opens, reads and counts up to 8 x THREADS batches at once on
-//           whichever worker is free, while the walk goes on. On 2 cores, warm cache, it ranges
-//           from 0.7x to 1.0x the serial time (docs/design/fork-join.md): not reliably faster.
+//           whichever worker is free, while the walk goes on. On 2 cores, warm cache, about
+//           0.65x the serial time (docs/design/fork-join.md).
+//   walk    the tree walk alone, counting files (what the walk costs the other modes).
 //   bridge  a reader task walks the tree with io::list_directory and reads files with
 //           io::file into 256 KiB chunks (small files packed together) sent over a channel;
 //           parallel_consume counts each chunk on whichever worker is free, at most 2 x THREADS
