@@ -243,11 +243,7 @@ TEST_P(SnapshotIo, ATaskReadingAnEmptyPipeShowsTheDescriptor) {
 INSTANTIATE_TEST_SUITE_P(Backends, SnapshotIo,
                          ::testing::Values(spindle::core::io_backend::uring,
                                            spindle::core::io_backend::epoll),
-                         [](const auto& info) {
-                           return std::string(info.param == spindle::core::io_backend::uring
-                                                  ? "uring"
-                                                  : "epoll");
-                         });
+                         spindle::testing::backend_name);
 
 task<void> yields_a_lot(int times) {
   spindle::set_task_name("yielder");

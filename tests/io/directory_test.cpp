@@ -168,9 +168,6 @@ TEST_P(IoDirectory, ManyConcurrentCallsLeaveNoDescriptor) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoDirectory,
                          ::testing::Values(io_backend::uring, io_backend::epoll),
-                         [](const ::testing::TestParamInfo<io_backend>& info) {
-                           return info.param == io_backend::uring ? std::string("uring")
-                                                                  : std::string("epoll");
-                         });
+                         spindle::testing::backend_name);
 
 }  // namespace

@@ -237,9 +237,6 @@ TEST_P(IoFileCachedRead, ODirectReadsGoThroughTheReactor) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoFileCachedRead,
                          ::testing::Values(io_backend::uring, io_backend::epoll),
-                         [](const ::testing::TestParamInfo<io_backend>& info) {
-                           return info.param == io_backend::uring ? std::string("uring")
-                                                                  : std::string("epoll");
-                         });
+                         spindle::testing::backend_name);
 
 }  // namespace

@@ -435,9 +435,6 @@ TEST_P(IoFile, CancelledTaskStopsAtItsNextFileOperation) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoFile,
                          ::testing::Values(io_backend::uring, io_backend::epoll),
-                         [](const ::testing::TestParamInfo<io_backend>& info) {
-                           return info.param == io_backend::uring ? std::string("uring")
-                                                                  : std::string("epoll");
-                         });
+                         spindle::testing::backend_name);
 
 }  // namespace

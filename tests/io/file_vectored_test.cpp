@@ -180,9 +180,6 @@ TEST_P(IoFileVectored, ShortWritesEintrAndEagainAreResumedAtTheExactByte) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoFileVectored,
                          ::testing::Values(io_backend::uring, io_backend::epoll),
-                         [](const ::testing::TestParamInfo<io_backend>& info) {
-                           return info.param == io_backend::uring ? std::string("uring")
-                                                                  : std::string("epoll");
-                         });
+                         spindle::testing::backend_name);
 
 }  // namespace

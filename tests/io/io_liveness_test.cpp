@@ -75,8 +75,6 @@ TEST_P(IoLiveness, PipeReadCompletesDuringAFineGrainedParallelFor) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoLiveness,
                          ::testing::Values(io_backend::uring, io_backend::epoll),
-                         [](const ::testing::TestParamInfo<io_backend>& info) {
-                           return std::string(info.param == io_backend::uring ? "uring" : "epoll");
-                         });
+                         spindle::testing::backend_name);
 
 }  // namespace

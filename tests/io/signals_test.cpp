@@ -335,9 +335,6 @@ TEST_P(IoSignals, ConstructionChecksAndMoves) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoSignals,
                          ::testing::Values(io_backend::uring, io_backend::epoll),
-                         [](const ::testing::TestParamInfo<io_backend>& info) {
-                           return info.param == io_backend::uring ? std::string("uring")
-                                                                  : std::string("epoll");
-                         });
+                         spindle::testing::backend_name);
 
 }  // namespace

@@ -48,9 +48,7 @@ class on_backend : public ::testing::TestWithParam<io_backend> {
   }
 };
 
-inline std::string backend_name(const ::testing::TestParamInfo<io_backend>& info) {
-  return info.param == io_backend::uring ? "uring" : "epoll";
-}
+using ::spindle::testing::backend_name;
 
 #define SPINDLE_NET_ON_BOTH_BACKENDS(suite)                                                  \
   INSTANTIATE_TEST_SUITE_P(Backends, suite,                                                  \

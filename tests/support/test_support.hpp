@@ -6,6 +6,7 @@
 // it is not a timing assertion.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sched.h>
 
 #include <atomic>
@@ -312,6 +313,12 @@ inline spindle::task<std::optional<int>> receive_one(spindle::channel<int>& ch) 
 inline spindle::task<int> receive_or_minus_one(spindle::channel<int>& ch) {
   std::optional<int> value = co_await ch.receive();
   co_return value.value_or(-1);
+}
+
+// The name of a test parameterised by I/O backend ("uring", "epoll"), for INSTANTIATE_TEST_SUITE_P.
+inline std::string backend_name(
+    const ::testing::TestParamInfo<spindle::core::io_backend>& info) {
+  return info.param == spindle::core::io_backend::uring ? "uring" : "epoll";
 }
 
 // A runtime on `backend`; null where the kernel lacks it (epoll's ENOSYS).
