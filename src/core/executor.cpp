@@ -188,7 +188,7 @@ void executor::push_local(runnable* r, schedule_hint hint) noexcept {
   // (runtime_monitor.hpp, step 3).
   const std::uint32_t queued = local_.push(r, sink);
   if (hint == schedule_hint::wake && waiting_woken_ == nullptr) {
-    waiting_woken_ = r;  // its wait counts (look_at_oldest_local)
+    waiting_woken_ = r;  // its wait counts (look_at_waiting_woken)
     waiting_woken_position_ = local_.newest_position();
     waiting_woken_since_ns_ = core_.coarse_now_ns();
   }
@@ -240,11 +240,11 @@ runnable* executor::next_runnable() noexcept {
     pinned_turn_owed_ = false;
     if (runnable* r = pinned_yielded_.pop_front()) return r;
   }
-  // A woken task, the oldest local item, waited a whole service interval under newer work: its
-  // turn (newest first would bury it for as long as new work keeps coming, time-slicing.md).
-  if (oldest_turn_owed_) {
-    oldest_turn_owed_ = false;
-    if (runnable* r = local_.pop_oldest()) return r;
+  // A woken task waited a whole service interval under newer work: its turn (newest first
+  // would bury it for as long as new work keeps coming; see look_at_waiting_woken).
+  if (woken_turn_owed_) {
+    woken_turn_owed_ = false;
+    if (runnable* r = take_waiting_woken()) return r;
   }
   // A countdown rather than tick % interval: a division per runnable is measurable here.
   if (--until_injector_check_ == 0) {
@@ -378,7 +378,7 @@ void executor::run_one(runnable* r) noexcept {
   }
   // relaxed: single writer; a sample for the monitor's stall watch (nothing is published by it).
   running_.store(r, std::memory_order_relaxed);
-  if (r == waiting_woken_) waiting_woken_ = nullptr;  // its wait is over (look_at_oldest_local)
+  if (r == waiting_woken_) waiting_woken_ = nullptr;  // its wait is over (look_at_waiting_woken)
   metrics::run_measured(*this, r);  // r->run(), timed while histograms are on
   running_.store(nullptr, std::memory_order_relaxed);  // relaxed: as above
   metrics::bump(stats_.runnables_run);
@@ -403,24 +403,49 @@ void executor::run_one(runnable* r) noexcept {
 // items are unstarted spawns, executor-loop.md), so only a woken runnable's wait counts: the
 // first woken runnable queued here is remembered (push_local) until it runs here (run_one) or
 // leaves the queue from its oldest end (stolen, moved to the overflow: holds_position false).
-// Once it has waited a service interval *and is the oldest item*, it is owed the oldest item's
-// turn. Only then: the oldest end is also where yields go (push_oldest), and popping a yielded
-// task that yields again would pop it again and again while the woken task waited above it
-// (CooperativeBudgetInTime.ALoopOfSlowImmediateAwaitsYieldsAfterAServiceInterval caught a first
-// version that popped the oldest item whatever it was). A woken task with older items below it
-// waits for newest-first pops to reach it, or for those below it to go. A wrong guess (the
-// position named another item after an overflow, the address reused by another runnable, a
-// thief taking the item just before the pop) costs one oldest-first pop.
-void executor::look_at_oldest_local() noexcept {
+// Once it has waited a service interval, the next iteration takes it (take_waiting_woken).
+void executor::look_at_waiting_woken() noexcept {
   if (waiting_woken_ == nullptr) return;
   if (!local_.holds_position(waiting_woken_position_)) {
     waiting_woken_ = nullptr;  // taken from the oldest end: whoever took it runs it
     return;
   }
-  if (local_.oldest_position() == waiting_woken_position_ &&
-      last_service_ns_ - waiting_woken_since_ns_ >= core_.service_interval_ns()) {
-    oldest_turn_owed_ = true;
+  if (last_service_ns_ - waiting_woken_since_ns_ >= core_.service_interval_ns()) {
+    woken_turn_owed_ = true;
   }
+}
+
+// The waiting woken runnable, taken out of the local queue; null if it is no longer there or
+// more than `most_lifted` items lie above it. Decided now, not at the service that owed the turn:
+// the queue may have changed since (a task that ran a fork-join, whose heartbeat was that
+// service, then yielded to the oldest end). Never an item below it: the oldest end is where
+// yields go, and taking the oldest item instead (a first version) popped a task that yields
+// again and again while the woken one waited (executor-loop.md). If it is the oldest item, it
+// is popped from there; otherwise the items above it are lifted off the newest end (owner pops,
+// as in any iteration), it is taken, and they are pushed back in their order, at the positions
+// they had. A wrong guess (the address reused by another runnable queued here) runs that one:
+// any queued item may run next.
+runnable* executor::take_waiting_woken() noexcept {
+  if (waiting_woken_ == nullptr || !local_.holds_position(waiting_woken_position_)) return nullptr;
+  if (local_.oldest_position() == waiting_woken_position_) return local_.pop_oldest();
+  constexpr std::uint32_t most_lifted = 8;
+  runnable* lifted[most_lifted];
+  std::uint32_t count = 0;
+  runnable* found = nullptr;
+  auto sink = [this](runnable** items, std::uint32_t n) { overflow(items, n); };
+  while (runnable* r = local_.pop()) {
+    if (r == waiting_woken_) {
+      found = r;
+      break;
+    }
+    if (count == most_lifted) {
+      local_.push(r, sink);  // too deep: leave it to newest-first pops and thieves
+      break;
+    }
+    lifted[count++] = r;
+  }
+  while (count != 0) local_.push(lifted[--count], sink);
+  return found;
 }
 
 void executor::service() noexcept {
@@ -447,7 +472,7 @@ void executor::service() noexcept {
     injector_turn_owed_ = true;
     injector_turn_at_ns_ = last_service_ns_;
   }
-  look_at_oldest_local();
+  look_at_waiting_woken();
   stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
   fire_timers();
@@ -462,7 +487,7 @@ void executor::service() noexcept {
 void executor::service_point() noexcept {
   if (core_.coarse_now_ns() - last_service_ns_ < core_.service_interval_ns()) return;
   last_service_ns_ = core_.coarse_now_ns();
-  look_at_oldest_local();
+  look_at_waiting_woken();
   stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
   fire_timers();

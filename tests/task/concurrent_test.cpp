@@ -282,8 +282,8 @@ TEST(ParallelConsume, ATickerKeepsTickingWhileEveryWorkerCounts) {
 // (worst lateness 230-430 ms), because each finishing child woke the consumer and the consumer
 // spawned the next child on the newest end of the local queue, above the woken ticker, for as
 // long as items remained (the oldest-item guard counted 2^20 iterations). Now a woken task that
-// waited a service interval gets the oldest item's turn (executor.cpp, look_at_oldest_local):
-// 82-189 ticks in 1.1-1.9 s on the loaded 2-core VM (when it is the oldest local item).
+// waited a service interval gets its turn (executor.cpp, take_waiting_woken):
+// 82-189 ticks in 1.1-1.9 s on the loaded 2-core VM. More cases: woken_turn_test.cpp.
 TEST(ParallelConsume, ATickerIsServedWhileRollingItemsForkJoin) {
   spindle::runtime rt(concurrent_options(2));
   std::atomic<int> ticks{0};

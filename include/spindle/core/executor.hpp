@@ -21,9 +21,10 @@
 //      anything else runs;
 //   1. a pinned runnable that yielded (an actor wheel's turn), if a service found it owed a turn
 //      (it had waited a whole service interval: yielded before the previous service);
-//   1b. the oldest local item, if a service found that it is a woken task which has waited
-//      there a whole service interval (buried under newer work that keeps coming, such as a
-//      rolling set of children each spawned as the last one ends);
+//   1b. a woken task that a service found waiting in the local queue for a whole service
+//      interval (buried under newer work that keeps coming, such as a rolling set of children
+//      each spawned as the last one ends): taken out of the queue, if at most 8 items lie
+//      above it (look_at_waiting_woken, take_waiting_woken);
 //   2. every `injector_check_interval` iterations, the fairness checks: the oldest local item if
 //      it has been the oldest for `local_fairness_interval` iterations, else ONE item of the own
 //      injector shard (one, so that remote work never buries woken tasks), else a pinned
@@ -323,7 +324,8 @@ class executor {
   void discard_mailbox() noexcept;
   runnable* take_from_injector(std::size_t shard) noexcept;
   runnable* take_from_inbox() noexcept;
-  void look_at_oldest_local() noexcept;  // at a service: is the oldest local item owed a turn?
+  void look_at_waiting_woken() noexcept;  // at a service: is a waiting woken runnable owed a turn?
+  runnable* take_waiting_woken() noexcept;  // next_runnable step 1b
   runnable* take_starving_oldest() noexcept;
   runnable* search() noexcept;
   runnable* steal_round() noexcept;
@@ -436,11 +438,11 @@ class executor {
   // A woken runnable queued here and not run yet (the first of them; compared, never
   // dereferenced: it may have been stolen and freed), its queue position and since when. A
   // service that finds it waiting for a service interval owes the oldest local item a turn
-  // (next_runnable step 1b), until it runs or leaves the queue. See look_at_oldest_local.
+  // (next_runnable step 1b), until it runs or leaves the queue. See look_at_waiting_woken.
   runnable* waiting_woken_ = nullptr;
   std::uint16_t waiting_woken_position_ = 0;
   std::uint64_t waiting_woken_since_ns_ = 0;
-  bool oldest_turn_owed_ = false;
+  bool woken_turn_owed_ = false;
   std::uint32_t budget_used_ = 0;
   std::uint32_t random_state_;
   bool is_searching_ = false;

@@ -204,7 +204,7 @@ class local_queue {
   }
   // Owner, right after a push: the position of the item it queued (unless the push moved it
   // to the overflow with half of the ring, which makes holds_position false or names another
-  // item: the executor's use of it tolerates both, see executor.cpp look_at_oldest_local).
+  // item: the executor's use of it tolerates both, see executor.cpp look_at_waiting_woken).
   std::uint16_t newest_position() const {
     // relaxed: only the owner moves `tail`.
     return std::uint16_t(unpack(positions_.load(std::memory_order_relaxed)).tail - 1);
