@@ -152,6 +152,25 @@ spindle::task<void> walk(std::string root, OnFile& on_file) {
   }
 }
 
+// Walks `root` into `out` through `on_file` (which sends what it gathers), sends what `on_file`
+// still holds at the end (its take_rest()), and closes `out` whatever happens, so that the
+// consumer's loop ends: on a failure too, which is then rethrown.
+template <class OnFile, class Item>
+spindle::task<void> walk_then_close(std::string root, OnFile& on_file,
+                                    spindle::channel<Item>& out) {
+  try {
+    co_await walk(std::move(root), on_file);
+    if (std::optional<Item> rest = on_file.take_rest()) {
+      Item last = std::move(*rest);  // named: g++ 12 and co_await operands
+      co_await out.send(std::move(last));
+    }
+  } catch (...) {
+    out.close();
+    throw;
+  }
+  out.close();
+}
+
 // --- naive: read everything, then parallel_reduce ---------------------------------------------
 struct whole_file_reader {
   std::vector<std::string>* contents;
@@ -256,21 +275,16 @@ struct chunk_reader {
     }
     ++current.files;
   }
+  // The last, partly filled chunk, if any.
+  std::optional<chunk> take_rest() {
+    if (current.size == 0 && current.files == 0) return std::nullopt;
+    return std::move(current);
+  }
 };
 
 spindle::task<void> read_tree(std::string root, spindle::channel<chunk>& chunks) {
   chunk_reader reader{&chunks, chunk{}};
-  try {
-    co_await walk(std::move(root), reader);
-    if (reader.current.size > 0 || reader.current.files > 0) {
-      chunk last = std::move(reader.current);
-      co_await chunks.send(std::move(last));
-    }
-  } catch (...) {
-    chunks.close();
-    throw;
-  }
-  chunks.close();
+  co_await walk_then_close(std::move(root), reader, chunks);
 }
 
 // --- files: the walk feeding for_each_concurrent, each file read and counted by one child ----
@@ -333,21 +347,16 @@ struct path_batcher {
     path_batch full = std::exchange(current, path_batch{});  // named: g++ 12 and co_await operands
     co_await batches->send(std::move(full));
   }
+  // The last, partly filled batch, if any.
+  std::optional<path_batch> take_rest() {
+    if (current.empty()) return std::nullopt;
+    return std::move(current);
+  }
 };
 
 spindle::task<void> walk_into(std::string root, spindle::channel<path_batch>& batches) {
   path_batcher batcher{&batches, {}};
-  try {
-    co_await walk(std::move(root), batcher);
-    if (!batcher.current.empty()) {
-      path_batch last = std::move(batcher.current);
-      co_await batches.send(std::move(last));
-    }
-  } catch (...) {
-    batches.close();
-    throw;
-  }
-  batches.close();
+  co_await walk_then_close(std::move(root), batcher, batches);
 }
 
 spindle::task<counts> count_files(std::string root, std::size_t in_flight) {

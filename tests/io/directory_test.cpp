@@ -20,6 +20,7 @@
 #include <system_error>
 #include <vector>
 
+#include "io/file_test_fixture.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -33,24 +34,7 @@ using spindle::testing::runtime_on;
 
 int directory_test_fd_count() { return spindle::testing::open_descriptor_count(); }
 
-class IoDirectory : public ::testing::TestWithParam<io_backend> {
- protected:
-  void SetUp() override {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "spindle-directory-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
-    dir_ = pattern;
-    rt_ = runtime_on(GetParam());
-  }
-  void TearDown() override {
-    rt_.reset();
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::filesystem::path dir_;
-  std::unique_ptr<spindle::runtime> rt_;
-};
+class IoDirectory : public io_file_test::file_fixture {};
 
 spindle::task<std::vector<file_status>> directory_statuses(std::vector<std::string> paths,
                                                            bool follow) {

@@ -1,5 +1,6 @@
-// The fixture of the io::file tests (file_test.cpp, file_vectored_test.cpp): a runtime on the
-// backend under test and a temporary directory, removed after the test.
+// The fixture of the io tests that use files (file_test.cpp, file_vectored_test.cpp,
+// file_cached_read_test.cpp, directory_test.cpp): a runtime on the backend under test and a
+// temporary directory, removed after the test.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -33,7 +34,7 @@ class file_fixture : public ::testing::TestWithParam<spindle::core::io_backend> 
     std::error_code ignored;
     if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
   }
-  std::string path(const char* name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   std::filesystem::path dir_;
   std::unique_ptr<spindle::runtime> rt_;

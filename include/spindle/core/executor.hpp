@@ -437,8 +437,8 @@ class executor {
   std::uint64_t oldest_since_tick_ = 0;     // tick at which that item was first seen oldest
   // A woken runnable queued here and not run yet (the first of them; compared, never
   // dereferenced: it may have been stolen and freed), its queue position and since when. A
-  // service that finds it waiting for a service interval owes the oldest local item a turn
-  // (next_runnable step 1b), until it runs or leaves the queue. See look_at_waiting_woken.
+  // service that finds it waiting for a service interval owes it a turn (next_runnable step 1b,
+  // take_waiting_woken), until it runs or leaves the queue. See look_at_waiting_woken.
   runnable* waiting_woken_ = nullptr;
   std::uint16_t waiting_woken_position_ = 0;
   std::uint64_t waiting_woken_since_ns_ = 0;

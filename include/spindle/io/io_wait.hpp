@@ -146,9 +146,6 @@ class io_deadline_wait final : public io_wait {
   deadline_part part_;
 };
 
-}  // namespace detail
-
-namespace detail {
 // The gate of an I/O call's fast path, one that completes the call on the calling worker
 // without the reactor (io::file::read_at of cached pages, file.hpp). First the checks of
 // io_wait::await_ready (usage_error outside a task of this worker's runtime), then the
