@@ -28,13 +28,17 @@ using spindle::testing::eventually;
 using spindle::testing::join_bounded;
 
 // The first snapshot in which `name` is suspended (waits for it, bounded).
-task_info wait_until_suspended(spindle::runtime& rt, std::string_view name) {
+// A waiter in a queue (mutex, semaphore, channel) is shown suspended just before it queues and
+// learns its position (on_suspend comes first: after queuing, a waker owns the record's wake
+// fields), so `queued` waits for the position too.
+task_info wait_until_suspended(spindle::runtime& rt, std::string_view name, bool queued = false) {
   task_info found;
   const bool seen = eventually(
       [&] {
         spindle::runtime_snapshot snap = rt.snapshot();
         const task_info* t = snap.find_task(name);
         if (t == nullptr || t->state != task_state::suspended) return false;
+        if (queued && t->waiting_on.number == 0) return false;
         found = *t;
         return true;
       },
@@ -124,9 +128,9 @@ TEST(SnapshotTasks, TasksQueuedOnAHeldMutexShowItAndTheirQueuePositions) {
   EXPECT_EQ(describe(held), "event#" + std::to_string(release.diagnostic_id()));
 
   auto first = rt.spawn_named("first", lock_once(m));
-  const task_info one = wait_until_suspended(rt, "first");
+  const task_info one = wait_until_suspended(rt, "first", /*queued=*/true);
   auto second = rt.spawn_named("second", lock_once(m));
-  const task_info two = wait_until_suspended(rt, "second");
+  const task_info two = wait_until_suspended(rt, "second", /*queued=*/true);
   const std::string mutex_name = "mutex#" + std::to_string(m.diagnostic_id());
   EXPECT_EQ(describe(one), mutex_name + " (queued 1st)");
   EXPECT_EQ(describe(two), mutex_name + " (queued 2nd)");
