@@ -24,9 +24,16 @@ thread_local const warning_hub* delivering_hub = nullptr;
 namespace {
 
 constexpr std::size_t recent_capacity = 64;
-// How often the monitor's watch sweeps the task views (the task lints): a scan of the task
-// table, so not every tick.
+// How often the monitor's watch starts a sweep of the task views (the task lints): a pass over
+// the task table, so not every tick. A pass that lasts longer (a huge table) is followed by the
+// next at once.
 constexpr std::uint64_t task_sweep_interval_ns = 100'000'000;
+// A pass goes on at each monitor tick for this long (in chunks of task_sweep_chunk_slots slots,
+// the clock read between chunks): at most 8% of the monitor's thread at its 250 us tick. About
+// 50 ns a slot (measured behind the mixed benchmark's million queued tasks), so a pass over 10^6
+// tasks is 50 ms of the monitor's time spread over ~2,500 ticks (~0.6 s).
+constexpr std::uint64_t task_sweep_step_ns = 20'000;
+constexpr std::uint32_t task_sweep_chunk_slots = 256;
 // An embedded executor's warning is lowered after this many successive ticks within budget.
 constexpr std::uint32_t ticks_within_budget_to_lower = 8;
 
@@ -84,9 +91,202 @@ std::string_view subject_kind_name(warning_subject::kind kind) noexcept {
     case warning_subject::kind::task: return "task";
     case warning_subject::kind::actor: return "actor";
     case warning_subject::kind::embedded_executor: return "embedded_executor";
+    case warning_subject::kind::tasks: return "tasks";
   }
   return "unknown";
 }
+
+// --- the task lints' sweep -----------------------------------------------------------------------
+//
+// One pass over the task table in steps (warnings.hpp, evaluate_tasks). Owned by one thread: the
+// monitor's (its watch's pass) or evaluate_tasks' caller. Between steps it holds only keys and
+// counts, never a view (the views' strings belong to the visitor's step).
+class warning_hub::task_sweep {
+ public:
+  explicit task_sweep(warning_hub& hub) : hub_(hub) {}
+
+  bool in_pass() const noexcept { return in_pass_; }
+
+  // Starts a pass: remembers the task warnings active now and how many more each kind may
+  // have. False (no pass) while warnings are off.
+  bool begin() {
+    abandon();
+    std::lock_guard lock(hub_.mutex_);
+    options_ = hub_.options_;
+    if (!options_.warnings) return false;
+    for (std::size_t k = 0; k < warning_kind_count; ++k) room_[k] = task_warnings_per_kind;
+    for (const auto& entry : hub_.current_) {
+      if (entry.first.what != warning_subject::kind::task) continue;
+      active_.insert(entry.first);
+      std::size_t& room = room_[std::size_t(entry.first.kind)];
+      if (room > 0) --room;
+    }
+    in_pass_ = true;
+    return true;
+  }
+
+  // Visits up to `slots` slots from where the last step stopped and raises what it found; true
+  // once the pass is over (its end lowered what no longer holds).
+  bool step(const task_visitor& visitor, std::uint32_t slots, std::uint64_t now_ns) {
+    if (!in_pass_) return true;
+    findings_.clear();
+    const std::uint64_t woken_ns = std::uint64_t(options_.woken_threshold.count());
+    const std::uint64_t lost_ns = std::uint64_t(options_.lost_waker_after.count());
+    next_slot_ = visitor(next_slot_, slots, [&](const task_view& t) {
+      // self_wakes: above `enable` of its wakes to raise, below `disable` to lower.
+      if (t.wakes >= options_.self_wake_minimum && t.wakes != 0) {
+        const double share = double(t.self_wakes) / double(t.wakes);
+        const bool active_before = was_active(warning_kind::self_wakes, t.id);
+        if (active_before ? share >= options_.self_wake_disable
+                          : share > options_.self_wake_enable) {
+          found(warning_kind::self_wakes, t, 0, now_ns, [&] {
+            char text[160];
+            std::snprintf(text, sizeof text,
+                          "%" PRIu64 " of its %" PRIu64 " wakes (%.0f%%) were its own (yields): "
+                          "it may be polling in a loop instead of waiting",
+                          t.self_wakes, t.wakes, share * 100.0);
+            return std::string(text);
+          });
+        }
+      }
+      // lost_waker: suspended with no registration anyone will wake, for a while.
+      if (t.current == task_view::state::suspended && !t.waker_registered &&
+          t.state_for_ns >= lost_ns) {
+        found(warning_kind::lost_waker, t, t.state_for_ns, now_ns, [&] {
+          return "suspended " + milliseconds_text(t.state_for_ns) +
+                 " with no live waker and not scheduled: nothing will resume it";
+        });
+      }
+      // woken_not_polled: woken (scheduled) and not polled for the threshold.
+      if (t.current == task_view::state::scheduled && t.state_for_ns >= woken_ns) {
+        found(warning_kind::woken_not_polled, t, t.state_for_ns, now_ns, [&] {
+          return "woken " + milliseconds_text(t.state_for_ns) + " ago and not polled since " +
+                 "(threshold " + milliseconds_text(woken_ns) + ")";
+        });
+      }
+    });
+    for (finding& f : findings_) hub_.raise(f.kind, f.subject, std::move(f.message), f.since_ns);
+    findings_.clear();
+    if (next_slot_ != task_sweep_done) return false;
+    finish(now_ns);
+    return true;
+  }
+
+  // Drops a pass part-way (out of memory): the next pass starts afresh.
+  void abandon() noexcept {
+    in_pass_ = false;
+    next_slot_ = 0;
+    active_.clear();
+    holding_.clear();
+    findings_.clear();
+    for (std::size_t k = 0; k < warning_kind_count; ++k) {
+      past_cap_[k] = 0;
+      past_cap_longest_ns_[k] = 0;
+    }
+  }
+
+ private:
+  struct finding {
+    warning_kind kind;
+    warning_subject subject;
+    std::string message;
+    std::uint64_t since_ns;
+  };
+  // The kinds the sweep raises and lowers (the others' task subjects belong to other
+  // detectors: a stall names a task too).
+  static constexpr warning_kind swept_kinds[] = {warning_kind::self_wakes,
+                                                 warning_kind::lost_waker,
+                                                 warning_kind::woken_not_polled};
+
+  bool was_active(warning_kind kind, std::uint64_t id) const {
+    return active_.count(key{kind, warning_subject::kind::task, id}) != 0;
+  }
+
+  // The condition holds for task t: a warning of its own if it has one or there is room, else
+  // a count for the pass's summary. `message` is called only for a warning of its own.
+  template <typename Message>
+  void found(warning_kind kind, const task_view& t, std::uint64_t held_for_ns,
+             std::uint64_t now_ns, Message&& message) {
+    const key k{kind, warning_subject::kind::task, t.id};
+    if (!was_active(kind, t.id)) {
+      std::size_t& room = room_[std::size_t(kind)];
+      if (room == 0) {
+        ++past_cap_[std::size_t(kind)];
+        past_cap_longest_ns_[std::size_t(kind)] =
+            std::max(past_cap_longest_ns_[std::size_t(kind)], held_for_ns);
+        return;
+      }
+      --room;
+    }
+    holding_.insert(k);
+    warning_subject s;
+    s.what = warning_subject::kind::task;
+    s.id = t.id;
+    s.name = std::string(t.name);
+    if (!t.location.empty()) {
+      s.location = std::string(t.location);
+    } else if (t.file != nullptr) {
+      s.location = std::string(t.file) + ":" + std::to_string(t.line);
+    }
+    s.executor = t.executor;
+    findings_.push_back({kind, std::move(s), message(), now_ns - std::min(now_ns, held_for_ns)});
+  }
+
+  void finish(std::uint64_t now_ns) {
+    // Lower what no longer holds (the condition cleared, or the task is gone).
+    for (const key& k : active_) {
+      if (holding_.count(k) != 0) continue;
+      if (std::find(std::begin(swept_kinds), std::end(swept_kinds), k.kind) ==
+          std::end(swept_kinds)) {
+        continue;
+      }
+      warning_subject s;
+      s.what = k.what;
+      s.id = k.id;
+      hub_.lower(k.kind, s, now_ns);
+    }
+    // One warning for the tasks past the cap, per kind.
+    for (const warning_kind kind : swept_kinds) {
+      warning_subject s;
+      s.what = warning_subject::kind::tasks;
+      const std::uint64_t count = past_cap_[std::size_t(kind)];
+      if (count == 0) {
+        hub_.lower(kind, s, now_ns);
+        continue;
+      }
+      const std::uint64_t longest = past_cap_longest_ns_[std::size_t(kind)];
+      std::string text = std::to_string(count) + " more tasks than the " +
+                         std::to_string(task_warnings_per_kind) + " reported one by one ";
+      switch (kind) {
+        case warning_kind::woken_not_polled:
+          text += "were woken and not polled for " +
+                  milliseconds_text(std::uint64_t(options_.woken_threshold.count())) +
+                  " or more (the longest " + milliseconds_text(longest) + ")";
+          break;
+        case warning_kind::lost_waker:
+          text += "are suspended with no live waker (the longest for " +
+                  milliseconds_text(longest) + ")";
+          break;
+        default:
+          text += "woke themselves (yields) for most of their wakes";
+          break;
+      }
+      hub_.raise(kind, s, std::move(text), now_ns - std::min(now_ns, longest));
+    }
+    abandon();
+  }
+
+  warning_hub& hub_;
+  bool in_pass_ = false;
+  std::uint32_t next_slot_ = 0;
+  core::diagnostics_options options_;  // as the pass began
+  std::set<key> active_;   // task warnings active as the pass began (at most the cap per kind)
+  std::set<key> holding_;  // of those and of this pass's raises, the ones found holding
+  std::vector<finding> findings_;  // one step's, raised at its end (out of the visitor)
+  std::size_t room_[warning_kind_count] = {};  // new task warnings this pass may raise, per kind
+  std::uint64_t past_cap_[warning_kind_count] = {};  // tasks found holding past the cap
+  std::uint64_t past_cap_longest_ns_[warning_kind_count] = {};
+};
 
 // --- the monitor's executor watch ----------------------------------------------------------------
 //
@@ -125,17 +325,25 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
     }
   }
 
+  // A step of the task lints' pass, or the start of one every task_sweep_interval_ns. The step
+  // lasts task_sweep_step_ns at most (plus one chunk), whatever the table holds.
   void tick_done(std::uint64_t now) noexcept override {
-    if (now - last_sweep_ns_ < task_sweep_interval_ns) return;
-    last_sweep_ns_ = now;
     try {
-      task_visitor visitor;
-      {
-        std::lock_guard lock(hub_.mutex_);
-        visitor = hub_.tasks_;
+      if (!sweep_.in_pass()) {
+        if (now - last_sweep_ns_ < task_sweep_interval_ns) return;
+        last_sweep_ns_ = now;
+        {
+          std::lock_guard lock(hub_.mutex_);
+          visitor_ = hub_.tasks_;  // kept for the pass (the task host set it once, for its life)
+        }
+        if (!visitor_ || !sweep_.begin()) return;
       }
-      if (visitor) hub_.evaluate_tasks(visitor, now);
+      const std::uint64_t step_end = core::monotonic_nanoseconds() + task_sweep_step_ns;
+      while (!sweep_.step(visitor_, task_sweep_chunk_slots, now)) {
+        if (core::monotonic_nanoseconds() >= step_end) return;
+      }
     } catch (...) {
+      sweep_.abandon();  // out of memory while reporting: start afresh at the next interval
     }
   }
 
@@ -320,7 +528,9 @@ class warning_hub::executor_watch final : public core::monitor_watcher {
   std::vector<state> states_;  // monitor thread only
   std::uint64_t stall_threshold_ns_ = 0;  // this tick's thresholds (monitor thread only)
   std::uint64_t woken_threshold_ns_ = 0;
-  std::uint64_t last_sweep_ns_ = 0;
+  std::uint64_t last_sweep_ns_ = 0;  // when the last pass began
+  task_visitor visitor_;             // the pass's (monitor thread only)
+  task_sweep sweep_{hub_};           // the pass in progress, if any (monitor thread only)
   std::atomic<std::uint64_t> stall_ns_{25'000'000};
   std::atomic<std::uint64_t> woken_ns_{100'000'000};
 };
@@ -483,9 +693,11 @@ std::string warning_hub::format(const warning& w) {
   line += kind_name(w.kind);
   line += "] ";
   line += subject_kind_name(w.subject.what);
-  line += ' ';
-  line += w.subject.what == warning_subject::kind::task ? task_id_text(w.subject.id)
-                                                        : std::to_string(w.subject.id);
+  if (w.subject.what != warning_subject::kind::tasks) {  // many tasks: no id
+    line += ' ';
+    line += w.subject.what == warning_subject::kind::task ? task_id_text(w.subject.id)
+                                                          : std::to_string(w.subject.id);
+  }
   if (!w.subject.name.empty()) line += " \"" + w.subject.name + "\"";
   if (!w.subject.location.empty()) line += " at " + w.subject.location;
   line += ": ";
@@ -645,84 +857,9 @@ void warning_hub::watch_runtime(core::runtime_core& core) {
 }
 
 void warning_hub::evaluate_tasks(const task_visitor& visitor, std::uint64_t now_ns) {
-  core::diagnostics_options options;
-  std::set<key> active;  // task warnings active before this sweep
-  {
-    std::lock_guard lock(mutex_);
-    options = options_;
-    for (const auto& entry : current_) {
-      if (entry.first.what == warning_subject::kind::task) active.insert(entry.first);
-    }
-  }
-  if (!options.warnings) return;
-  struct finding {
-    warning_kind kind;
-    warning_subject subject;
-    std::string message;
-    std::uint64_t since_ns;
-  };
-  std::vector<finding> findings;
-  std::set<key> holding;
-  const auto subject_of = [](const task_view& t) {
-    warning_subject s;
-    s.what = warning_subject::kind::task;
-    s.id = t.id;
-    s.name = std::string(t.name);
-    s.location = std::string(t.location);
-    s.executor = t.executor;
-    return s;
-  };
-  const std::uint64_t woken_ns = std::uint64_t(options.woken_threshold.count());
-  const std::uint64_t lost_ns = std::uint64_t(options.lost_waker_after.count());
-  visitor([&](const task_view& t) {
-    const auto was = [&](warning_kind kind) {
-      return active.count(key{kind, warning_subject::kind::task, t.id}) != 0;
-    };
-    // self_wakes: above `enable` of its wakes to raise, below `disable` to lower.
-    if (t.wakes >= options.self_wake_minimum && t.wakes != 0) {
-      const double share = double(t.self_wakes) / double(t.wakes);
-      const bool active_before = was(warning_kind::self_wakes);
-      if (active_before ? share >= options.self_wake_disable : share > options.self_wake_enable) {
-        holding.insert(key{warning_kind::self_wakes, warning_subject::kind::task, t.id});
-        char text[160];
-        std::snprintf(text, sizeof text,
-                      "%" PRIu64 " of its %" PRIu64 " wakes (%.0f%%) were its own (yields): it "
-                      "may be polling in a loop instead of waiting",
-                      t.self_wakes, t.wakes, share * 100.0);
-        findings.push_back({warning_kind::self_wakes, subject_of(t), text, now_ns});
-      }
-    }
-    // lost_waker: suspended with no registration anyone will wake, for a while.
-    if (t.current == task_view::state::suspended && !t.waker_registered &&
-        t.state_for_ns >= lost_ns) {
-      holding.insert(key{warning_kind::lost_waker, warning_subject::kind::task, t.id});
-      findings.push_back({warning_kind::lost_waker, subject_of(t),
-                          "suspended " + milliseconds_text(t.state_for_ns) +
-                              " with no live waker and not scheduled: nothing will resume it",
-                          now_ns - t.state_for_ns});
-    }
-    // woken_not_polled: woken (scheduled) and not polled for the threshold.
-    if (t.current == task_view::state::scheduled && t.state_for_ns >= woken_ns) {
-      holding.insert(key{warning_kind::woken_not_polled, warning_subject::kind::task, t.id});
-      findings.push_back({warning_kind::woken_not_polled, subject_of(t),
-                          "woken " + milliseconds_text(t.state_for_ns) +
-                              " ago and not polled since (threshold " +
-                              milliseconds_text(woken_ns) + ")",
-                          now_ns - t.state_for_ns});
-    }
-  });
-  for (finding& f : findings) raise(f.kind, f.subject, std::move(f.message), f.since_ns);
-  // Lower what no longer holds (the condition cleared, or the task is gone).
-  for (const key& k : active) {
-    if (holding.count(k) != 0) continue;
-    if (k.kind != warning_kind::self_wakes && k.kind != warning_kind::lost_waker &&
-        k.kind != warning_kind::woken_not_polled) {
-      continue;
-    }
-    warning_subject s;
-    s.what = k.what;
-    s.id = k.id;
-    lower(k.kind, s, now_ns);
+  task_sweep sweep(*this);
+  if (!sweep.begin()) return;
+  while (!sweep.step(visitor, task_sweep_done, now_ns)) {
   }
 }
 

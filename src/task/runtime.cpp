@@ -88,19 +88,22 @@ void connect_warnings(detail::runtime_state& state, core::runtime_core& core) {
     }
     return true;
   });
-  hub.set_task_visitor([host](const std::function<void(const diagnostics::task_view&)>& visit) {
+  // One step of the task lints' sweep: slots [from, from + count) of the table. The monitor
+  // calls it; a slot's address is stable for the runtime's life (task_table.hpp), and the state
+  // owns the hub, so `host` outlives every call.
+  hub.set_task_visitor([host](std::uint32_t from, std::uint32_t count,
+                              const std::function<void(const diagnostics::task_view&)>& visit) {
     const std::uint64_t now = detail::record_now_ns(host->record_clock);
     const std::uint32_t slots = host->tasks.slot_capacity();
+    const std::uint32_t end = count >= slots - std::min(from, slots) ? slots : from + count;
     task_info info;
-    std::string location;
-    for (std::uint32_t index = 0; index < slots; ++index) {
+    for (std::uint32_t index = from; index < end; ++index) {
       if (!host->tasks.read_record(index, info, now)) continue;
       diagnostics::task_view view;
       view.id = detail::pack_task_id(info.id.index, info.id.serial);
       view.name = info.name;
-      location.clear();
-      if (info.file != nullptr) location = std::string(info.file) + ":" + std::to_string(info.line);
-      view.location = location;
+      view.file = info.file;  // the text "file:line" only for a task reported (warnings.cpp)
+      view.line = info.line;
       view.executor = info.executor == no_executor ? -1 : std::int32_t(info.executor);
       view.waker_registered = info.waker_registered;
       view.wakes = info.wakes;
@@ -122,6 +125,7 @@ void connect_warnings(detail::runtime_state& state, core::runtime_core& core) {
       }
       visit(view);
     }
+    return end >= slots ? diagnostics::task_sweep_done : end;
   });
   diagnostics::registry* registry = &state.diagnostics_registry;
   hub.add_on_warning([registry](const diagnostics::warning& w) {

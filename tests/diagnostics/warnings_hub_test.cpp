@@ -232,8 +232,9 @@ TEST(WarningHubTaskLints, LostWakerSelfWakesAndWokenNotPolledFromTaskViews) {
   views[3] = {.id = 4, .name = "starved", .location = "a.cpp:4", .executor = 1,
               .current = task_view::state::scheduled, .state_for_ns = 150'000'000};
   const auto sweep = [&] {
-    hub.evaluate_tasks([&](const auto& visit) {
+    hub.evaluate_tasks([&](std::uint32_t, std::uint32_t, const auto& visit) {
       for (const task_view& v : views) visit(v);
+      return spindle::diagnostics::task_sweep_done;
     }, now());
   };
   sweep();
@@ -268,6 +269,62 @@ TEST(WarningHubTaskLints, LostWakerSelfWakesAndWokenNotPolledFromTaskViews) {
   views[2] = {.id = 5, .current = task_view::state::running, .wakes = 10, .self_wakes = 10};
   sweep();
   EXPECT_EQ(delivered.size(), 3u);
+}
+
+// A sweep that finds 100,000 tasks woken and not polled raises 16 of them one by one and one
+// warning (subject `tasks`) for the rest; the next pass that finds none lowers all 17. Before
+// the cap a pass raised each one: on the monitor's thread, a million findings (strings, map
+// inserts, rate-limit bookkeeping) held it for seconds and with it every timer of a loaded
+// 2-core runtime (issue 13: mixed-together timer p99 of 1-3 s).
+TEST(WarningHubTaskLints, ManyStarvedTasksAreSixteenWarningsAndOneForTheRest) {
+  registry r;
+  warning_hub hub(r);
+  std::vector<warning> delivered;
+  hub.set_warning_hook([&](const warning& w) { delivered.push_back(w); });
+  constexpr std::uint32_t starved = 100'000;
+  std::uint32_t visited = 0;
+  bool present = true;
+  // A table of `starved` tasks, visited in the steps the visitor is asked for.
+  const auto visitor = [&](std::uint32_t from, std::uint32_t count, const auto& visit) {
+    const std::uint32_t end = count >= starved - std::min(from, starved) ? starved : from + count;
+    for (std::uint32_t i = from; present && i < end; ++i) {
+      ++visited;
+      visit(task_view{.id = (std::uint64_t(i) << 32) | 1, .file = "flood.cpp", .line = 7,
+                      .current = task_view::state::scheduled,
+                      .state_for_ns = 150'000'000 + std::uint64_t(i)});
+    }
+    return end >= starved ? spindle::diagnostics::task_sweep_done : end;
+  };
+  hub.evaluate_tasks(visitor, now());
+  EXPECT_EQ(visited, starved);
+  std::size_t one_by_one = 0, summaries = 0;
+  for (const warning& w : hub.current()) {
+    ASSERT_EQ(w.kind, warning_kind::woken_not_polled);
+    if (w.subject.what == warning_subject::kind::task) {
+      ++one_by_one;
+      EXPECT_EQ(w.subject.location, "flood.cpp:7");  // built for a reported task only
+    } else {
+      ASSERT_EQ(w.subject.what, warning_subject::kind::tasks);
+      ++summaries;
+      EXPECT_NE(w.message.find("99984 more tasks than the 16 reported one by one"),
+                std::string::npos) << w.message;
+      EXPECT_NE(w.message.find("the longest 150.1 ms"), std::string::npos) << w.message;
+      EXPECT_EQ(warning_hub::format(w).rfind("spindle warning [woken_not_polled] tasks: ", 0), 0u)
+          << warning_hub::format(w);
+    }
+  }
+  EXPECT_EQ(one_by_one, warning_hub::task_warnings_per_kind);
+  EXPECT_EQ(summaries, 1u);
+  EXPECT_LE(hub.raised(warning_kind::woken_not_polled), warning_hub::task_warnings_per_kind + 1);
+  // Again: the same 16 keep theirs (no new raise), the summary is refreshed, not raised again.
+  const std::uint64_t raised_before = hub.raised(warning_kind::woken_not_polled);
+  hub.evaluate_tasks(visitor, now());
+  EXPECT_EQ(hub.raised(warning_kind::woken_not_polled), raised_before);
+  EXPECT_EQ(hub.current().size(), warning_hub::task_warnings_per_kind + 1);
+  // All polled: everything lowered by the next pass.
+  present = false;
+  hub.evaluate_tasks(visitor, now());
+  EXPECT_TRUE(hub.current().empty());
 }
 
 TEST(WarningHubEmbeddedTicks, OverBudgetTicksRaiseOnceAndLowerAfterTicksWithinBudget) {

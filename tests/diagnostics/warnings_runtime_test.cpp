@@ -8,6 +8,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "spindle/spindle.hpp"
@@ -123,6 +124,50 @@ spindle::task<long> mixed_work(int round) {
   for (auto& child : children) sum += co_await std::move(child);
   co_await spindle::sleep_for(std::chrono::microseconds(200));
   co_return sum;
+}
+
+// 100,000 tasks queued behind a stuck worker for longer than woken_threshold: the monitor's
+// sweep reports 16 of them one by one and the rest as one warning, and it does so in steps of a
+// few tens of microseconds a tick (the pass over the table takes several ticks). Before, one
+// sweep visited the whole table at once and raised a warning per task: 100,000 warnings, and on
+// the mixed-together benchmark (a million queued tasks) a monitor thread busy for seconds.
+TEST(WarningsRuntime, ManyTasksQueuedBehindAStuckWorkerAreOneWarningPastSixteen) {
+  spindle::runtime rt(one_worker(10s, 20ms));
+  std::atomic<bool> release{false};
+  std::atomic<bool> spinning{false};
+  auto spinner = rt.spawn([&] {
+    spinning = true;
+    spin_until(release);
+  });
+  while (!spinning.load()) std::this_thread::yield();
+  constexpr int queued = 100'000;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < queued; ++i) rt.spawn([&ran] { ran.fetch_add(1); }).detach();
+  // Bounded wait (10 s) for the summary; no sleep.
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  bool summarised = false;
+  std::size_t one_by_one = 0;
+  while (!summarised && std::chrono::steady_clock::now() < give_up) {
+    one_by_one = 0;
+    for (const warning& w : rt.warnings().current()) {
+      if (w.kind != warning_kind::woken_not_polled) continue;
+      if (w.subject.what == warning_subject::kind::tasks) summarised = true;
+      if (w.subject.what == warning_subject::kind::task) ++one_by_one;
+    }
+    if (!summarised) std::this_thread::yield();
+  }
+  const std::uint64_t raised = rt.warnings().raised(warning_kind::woken_not_polled);
+  release = true;
+  spinner.join();
+  EXPECT_TRUE(summarised) << "no summary of the queued tasks within 10 s";
+  EXPECT_EQ(one_by_one, spindle::diagnostics::warning_hub::task_warnings_per_kind);
+  // 16 tasks, the summary, and the executor's own woken_not_polled (its injector waits).
+  EXPECT_LE(raised, spindle::diagnostics::warning_hub::task_warnings_per_kind + 2);
+  const auto all_ran_by = std::chrono::steady_clock::now() + 10s;
+  while (ran.load() != queued && std::chrono::steady_clock::now() < all_ran_by) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(ran.load(), queued);
 }
 
 TEST(WarningsRuntime, ACleanMixedWorkloadInStrictModeRaisesNothing) {

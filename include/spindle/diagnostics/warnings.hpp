@@ -66,7 +66,8 @@ std::string_view kind_name(warning_kind kind) noexcept;
 
 // What a warning is about.
 struct warning_subject {
-  enum class kind : std::uint8_t { executor, task, actor, embedded_executor };
+  // tasks: many tasks at once, past the number reported one by one (id 0; see evaluate_tasks).
+  enum class kind : std::uint8_t { executor, task, actor, embedded_executor, tasks };
   kind what = kind::executor;
   // Task: (slot index << 32) | serial; actor: its id; executor: its index.
   std::uint64_t id = 0;
@@ -94,7 +95,11 @@ struct task_view {
   enum class state : std::uint8_t { scheduled, running, suspended, other };
   std::uint64_t id = 0;  // (slot index << 32) | serial
   std::string_view name;
+  // "file:line (function)", or empty with the spawn site in file and line instead: the sweep
+  // builds the text only for a task it reports, not for every task it looks at.
   std::string_view location;
+  const char* file = nullptr;
+  std::uint32_t line = 0;
   std::int32_t executor = -1;
   state current = state::other;
   bool waker_registered = false;  // suspended with a registration someone will wake
@@ -109,9 +114,13 @@ struct task_view {
 // table's slots, the actor wheels). Returns false if `r` is not one of its layer's; on success
 // `out.what` says what it is (task, actor).
 using runnable_describer = std::function<bool(const core::runnable* r, warning_subject& out)>;
-// Visits every live task's view (the task layer's table scan); called by the monitor's watch at
-// most every `task_lint_interval`.
-using task_visitor = std::function<void(const std::function<void(const task_view&)>& visit)>;
+// Visits the live tasks among the task table's slots [from, from + count), each's view once, and
+// returns the first slot it did not look at, or task_sweep_done once it looked at the table's
+// last slot. The monitor's watch sweeps the table in such steps, a few tens of microseconds a
+// tick (evaluate_tasks), so that a table of a million tasks does not hold the monitor's thread.
+using task_visitor = std::function<std::uint32_t(
+    std::uint32_t from, std::uint32_t count, const std::function<void(const task_view&)>& visit)>;
+inline constexpr std::uint32_t task_sweep_done = 0xffff'ffffu;
 
 class warning_hub {
  public:
@@ -174,7 +183,22 @@ class warning_hub {
   // runtime's shutdown (the task host does).
   void watch_runtime(core::runtime_core& core);
 
-  // Per-task lints over one sweep of views (the watch calls this; tests may feed views).
+  // Per-task lints (lost_waker, self_wakes, woken_not_polled over the task layer's views).
+  //
+  // A sweep is a pass over the whole table in steps. Each step visits at most `slots` slots and
+  // raises what it found; the pass's end lowers the task warnings that were active when it
+  // began and that no step found still holding (the condition cleared, or the task is gone).
+  // At most task_warnings_per_kind task warnings of a kind are active at once: past them a
+  // pass counts the tasks, and its end raises (or refreshes) one warning about them, subject
+  // `tasks` ("42,017 more tasks woken and not polled for 100 ms or more, the longest 2.4 s"),
+  // lowered by the first pass that finds none past the cap. A million starved tasks are one
+  // warning and a few strings, not a million (a sweep that raised each one held the monitor's
+  // thread for seconds, and with it every timer of a loaded 2-core machine).
+  //
+  // The watch's sweep (monitor thread only) is one task_sweep; evaluate_tasks runs a whole pass
+  // at once (tests feed views so).
+  static constexpr std::size_t task_warnings_per_kind = 16;
+  class task_sweep;
   void evaluate_tasks(const task_visitor& visitor, std::uint64_t now_ns);
 
   // Mailbox growth detector state of one actor (owned by the actor, touched by its owner only).
