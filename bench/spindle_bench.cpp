@@ -358,6 +358,37 @@ measurement run_pingpong(long trips, int threads) {
   return {seconds_since(start), result, trips};
 }
 
+// pingpong-await: pingpong whose pong handler is a coroutine (actor_await.hpp), answering
+// without suspending: what a handler that may await costs (a task per message, a wake back),
+// beside what it awaits.
+struct awaiting_pong_actor {
+  using message_type = std::variant<spindle::actor_ref<long>, long>;
+  spindle::actor_ref<long> partner;
+  spindle::task<void> receive(message_type& message) {
+    if (auto* ref = std::get_if<spindle::actor_ref<long>>(&message)) {
+      partner = std::move(*ref);
+      co_return;
+    }
+    partner.send(std::get<long>(message));
+  }
+};
+
+measurement run_pingpong_await(long trips, int threads) {
+  spindle::runtime rt(bench_options(threads));
+  auto once = [&](long n) {
+    return run_actor_program(rt, [n](std::promise<long>& done) {
+      auto pong = spindle::spawn_actor_here<awaiting_pong_actor>({});
+      auto ping = spindle::spawn_actor_here<ping_actor>({}, n, &done, pong);
+      pong.send(ping);
+      ping.send(0);
+    });
+  };
+  once(trips / 10);
+  const auto start = bench_clock::now();
+  const long result = once(trips);
+  return {seconds_since(start), result, trips};
+}
+
 // ring: 1,000 actors in a ring pass one token N hops.
 struct ring_actor {
   using message_type = long;
@@ -823,6 +854,7 @@ const std::map<std::string, workload>& workloads() {
   static const std::map<std::string, workload> table = {
       {"fib", {&run_fib, 35}},
       {"pingpong", {&run_pingpong, 1000000}},
+      {"pingpong-await", {&run_pingpong_await, 1000000}},
       {"ring", {&run_ring, 1000000}},
       {"skynet-actors", {&run_skynet_actors, 1000000}},
       {"fib-spawn", {&run_fib_spawned, 30}},

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "spindle/actor/actor_await.hpp"
 #include "spindle/core/clock.hpp"
 #include "spindle/core/executor.hpp"
 #include "spindle/core/executor_mailbox.hpp"
@@ -182,7 +183,10 @@ void actor_scheduler::wake(actor_cell* cell) noexcept {
   if (!cell->ever_homed) add_homed(cell);  // spawned elsewhere; its adopt message is still on its way
   switch (cell->where) {
     case placement::idle:
-      if (maybe_migrate(cell, /*woken=*/true)) return;
+      // Back from an awaiting handler, it goes on where it ran (its partners are likely here:
+      // moving it now, to balance the actors its handler just woke, split a ping-pong pair
+      // across executors, 60 us a round trip instead of 0.5). It may move at its next wake.
+      if (!cell->handler_ended && maybe_migrate(cell, /*woken=*/true)) return;
       cell->where = placement::woken;
       woken_.push_back(cell);
       count_waiting(cell);
@@ -267,6 +271,26 @@ void actor_scheduler::advance_segment() noexcept {
 void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
   // relaxed: Runnable -> Running is the owner's own transition; senders only CAS from Receiving.
   cell->state.store(actor_state::running, std::memory_order_relaxed);
+  // Back from an awaiting handler (actor_await.hpp): what it decided takes effect first, before
+  // any queued message. One flag per run, not per message.
+  if (cell->handler_ended) [[unlikely]] {
+    cell->handler_ended = false;
+    if (cell->handler_crash) {
+      halt(cell, exit_reason{exit_kind::crashed, std::exchange(cell->handler_crash, nullptr)},
+           true);
+      return;
+    }
+    if (cell->stop_requested) {
+      halt(cell, std::move(cell->halt_reason), true);
+      return;
+    }
+    // A kill sent while it awaited: at once, not after the messages taken before it.
+    // relaxed: a hint (kill()); a kill it misses is found when the mailbox is next taken.
+    if (cell->kill_requested.load(std::memory_order_relaxed)) {
+      halt(cell, exit_reason{exit_kind::killed, {}}, true);
+      return;
+    }
+  }
   // A whole turn of the wheel since its last refill: it is due a fresh quantum (A3: one per
   // turn), whatever it has left.
   if (segments_turned_ - cell->refilled_at_segment >= actor_detail::wheel_segments) refill(cell);
@@ -393,6 +417,22 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
       halt(cell, std::move(cell->halt_reason), true);
       return;
+    }
+    if (cell->awaiting_handler) [[unlikely]] {
+      // Its handler awaits: the run ends here, the actor stays Running in no queue, and the
+      // rest of its mailbox waits (OTP: one message at a time). Everything the run writes is
+      // written before the handler's task starts: from then on that task owns the cell's
+      // owner-only fields, until it hands them back (actor_await.hpp).
+      if (records_) note_run_end(cell, user_handled);
+      stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
+      cell->time_used_ns += elapsed_ns(started, now);
+      cell->where = placement::awaiting;
+      running_weight_ = 0;
+      if (std::exception_ptr failed = actor_detail::start_awaiting_handler(*cell)) {
+        // Not started (the runtime is stopping, or memory ran out): the handler's crash.
+        halt(cell, exit_reason{exit_kind::crashed, std::move(failed)}, true);
+      }
+      return;  // the cell is the handler's now (or halted): not touched again
     }
     if (cut_for_woken) break;
   }

@@ -16,7 +16,8 @@
 //   auto echo = spindle::spawn_actor<int>(rt, [](int& v, spindle::actor_context<int>&) { ... });
 //
 // A handler runs on the actor's home executor, one message at a time, never concurrently with
-// itself. Handling a message costs one reduction, plus what the handler charges (ctx.charge);
+// itself. `receive` may be a coroutine returning task<void> (actor_await.hpp): the actor then
+// handles nothing else until it ends. Handling a message costs one reduction, plus what the handler charges (ctx.charge);
 // an actor runs at most a quantum of reductions per turn of its executor's wheel
 // (actor_scheduler.hpp). An exception escaping a handler crashes the actor (exit_kind::crashed):
 // its watchers are told (links, monitors; a supervisor is a watcher).
@@ -51,6 +52,7 @@
 #include <utility>
 #include <vector>
 
+#include "spindle/actor/actor_await.hpp"
 #include "spindle/actor/actor_cell.hpp"
 #include "spindle/actor/actor_scheduler.hpp"
 #include "spindle/core/errors.hpp"
@@ -129,6 +131,9 @@ class actor_handle {
   // Halts the actor at its next run, whatever is queued (untrappable).
   void kill() const {
     actor_detail::actor_cell& cell = target();  // first: nothing is allocated for an empty one
+    // relaxed: a hint for an actor back from an awaiting handler; the kill envelope below is
+    // what halts it in every case.
+    cell.kill_requested.store(true, std::memory_order_relaxed);
     actor_detail::push_system_message(
         cell, new actor_detail::notification_envelope(actor_detail::envelope_kind::kill, 0, 0,
                                                         exit_reason{exit_kind::killed, {}}));
@@ -368,6 +373,8 @@ struct typed_cell final : actor_cell {
     ::new (static_cast<void*>(storage)) B(std::forward<A>(args)...);
   }
   B& behaviour() noexcept { return *std::launder(reinterpret_cast<B*>(storage)); }
+  // The context an awaiting handler is given (it outlives the handle() call).
+  context_type handler_context{*this};
 
   static void handle(actor_cell& base, envelope& message) {
     auto& self = static_cast<typed_cell&>(base);
@@ -377,14 +384,23 @@ struct typed_cell final : actor_cell {
       case envelope_kind::user: {
         // The handler may take the message by value, rvalue, const or non-const reference.
         auto& m = static_cast<user_envelope<message_type>&>(message).message;
-        if constexpr (requires { b.receive(std::move(m), context); }) {
-          b.receive(std::move(m), context);
-        } else if constexpr (requires { b.receive(m, context); }) {
-          b.receive(m, context);
-        } else if constexpr (requires { b.receive(std::move(m)); }) {
-          b.receive(std::move(m));
+        const auto receive = [&](context_type& c) -> decltype(auto) {
+          if constexpr (requires { b.receive(std::move(m), c); }) {
+            return b.receive(std::move(m), c);
+          } else if constexpr (requires { b.receive(m, c); }) {
+            return b.receive(m, c);
+          } else if constexpr (requires { b.receive(std::move(m)); }) {
+            return b.receive(std::move(m));
+          } else {
+            return b.receive(m);
+          }
+        };
+        if constexpr (std::is_same_v<decltype(receive(context)), task<void>>) {
+          // A handler that awaits (actor_await.hpp): its task gets the cell's own context,
+          // which lives as long as the cell (the task holds a reference to it).
+          prepare_awaiting_handler(base, message, receive(self.handler_context));
         } else {
-          b.receive(m);
+          receive(context);
         }
         break;
       }

@@ -138,6 +138,7 @@ enum class placement : std::uint8_t {
   runnable,   // in a segment's runnable queue, or the batch being run
   timed_out,  // in a segment's idle timed-out set
   migrating,  // in an adopt message on its way to another executor
+  awaiting,   // its handler awaits (actor_await.hpp): in no queue, its task owns the cell
   halted,
 };
 
@@ -184,6 +185,9 @@ struct actor_cell {
   std::atomic<std::uint32_t> queued{0};          // bounded mailboxes only: messages not taken
   const std::uint32_t capacity;                  // 0: unbounded
   std::atomic<std::uint32_t> io_in_flight{0};    // > 0: never migrated (A5)
+  // Set by kill() before it queues the kill: an actor back from an awaiting handler halts at
+  // once instead of handling the messages it took before the kill came (actor_await.hpp).
+  std::atomic<bool> kill_requested{false};
   std::atomic<actor_links*> links{nullptr};
   const bool pinned;
   const core::executor_domain domain;  // where it may be placed and migrate (spawn_options)
@@ -208,6 +212,14 @@ struct actor_cell {
   bool ever_homed = false;       // some scheduler homed it once (stale spawn adopts are ignored)
   bool woken_in_place = false;   // timed out, and woken since (counted in the wheel's load)
   bool stop_requested = false;   // handled after the current message
+  // An awaiting handler (actor_await.hpp): set by the handler's start, which hands the
+  // owner-only fields to the handler's task until it ends; the task's end hands them back
+  // through a wake (the owner's next run sees `handler_ended` first, and a crash in
+  // `handler_crash`).
+  bool awaiting_handler = false;
+  bool handler_ended = false;
+  std::exception_ptr handler_crash;
+  void* awaiting_start = nullptr;  // the handler's task, prepared by handle, started by the run
   // Mailbox growth (G4, diagnostics/warnings.hpp): the hysteresis of its backlog warning.
   diagnostics::warning_hub::mailbox_watch mailbox_watch;
   // Why it halts, when stop_requested; once Halted, why it halted: the owner writes it last

@@ -1,0 +1,100 @@
+// Handlers that await: the wrapper task and the hand-back (design in actor_await.hpp).
+#include "spindle/actor/actor_await.hpp"
+
+#include <memory>
+#include <utility>
+
+#include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/task/runtime.hpp"
+
+namespace spindle::actor_detail {
+
+namespace {
+
+// The run's destroy of an envelope the wrapper has taken: nothing (the wrapper destroys it).
+void left_to_the_handler(envelope*) noexcept {}
+
+// The wrapper's claim on the envelope and on one cell reference. A parameter of the wrapper, so
+// it lives in the wrapper's frame from its creation: whether the wrapper ends, is abandoned by a
+// shutdown or is never started (its spawn failed), destroying the frame gives both back.
+class awaiting_claim {
+ public:
+  awaiting_claim(actor_cell* cell, envelope* message,
+                 void (*destroy_message)(envelope*) noexcept) noexcept
+      : cell_(cell), message_(message), destroy_message_(destroy_message) {}
+  awaiting_claim(awaiting_claim&& other) noexcept
+      : cell_(std::exchange(other.cell_, nullptr)),
+        message_(std::exchange(other.message_, nullptr)),
+        destroy_message_(other.destroy_message_) {}
+  awaiting_claim(const awaiting_claim&) = delete;
+  awaiting_claim& operator=(const awaiting_claim&) = delete;
+  awaiting_claim& operator=(awaiting_claim&&) = delete;
+  ~awaiting_claim() {
+    // Never handed back (abandoned, or never started): nobody is woken; the actor, still in
+    // its home's list, halts in shutdown step 6 (or at once: start_awaiting_handler's caller).
+    if (message_ != nullptr) destroy_message_(message_);
+    if (cell_ != nullptr) cell_->release();
+  }
+
+  // Step 3: the handler ended (its frame is gone). The cell is alive: our reference.
+  void hand_back(std::exception_ptr crash) noexcept {
+    destroy_message_(std::exchange(message_, nullptr));
+    cell_->handler_crash = std::move(crash);
+    cell_->awaiting_handler = false;
+    cell_->handler_ended = true;
+    cell_->where = placement::idle;
+    // seq_cst: the awaiting actor's way out of Running, as a sender's winning CAS out of
+    // Receiving (invariant W): nobody else moves it (senders see Running and only push).
+    cell_->state.store(actor_state::runnable, std::memory_order_seq_cst);
+    cell_->system->route_wake(cell_);  // orders the writes above before the owner's next run
+  }
+
+ private:
+  actor_cell* cell_;
+  envelope* message_;
+  void (*destroy_message_)(envelope*) noexcept;
+};
+
+// Parameters are destroyed in reverse order: the handler's frame (which may refer to the
+// message) before the claim that destroys the envelope.
+task<void> run_awaiting_handler(awaiting_claim claim, task<void> handler) {
+  std::exception_ptr crash;
+  {
+    task<void> body = std::move(handler);  // a local: gone before hand_back
+    try {
+      co_await std::move(body);
+    } catch (...) {
+      crash = std::current_exception();
+    }
+  }
+  claim.hand_back(std::move(crash));
+}
+
+}  // namespace
+
+void prepare_awaiting_handler(actor_cell& cell, envelope& message, task<void> handler) {
+  cell.add_reference();  // the claim's
+  awaiting_claim claim(&cell, &message, message.destroy);
+  // From here the claim destroys the envelope (whatever throws below), not the run.
+  message.destroy = &left_to_the_handler;
+  auto prepared =
+      std::make_unique<task<void>>(run_awaiting_handler(std::move(claim), std::move(handler)));
+  cell.awaiting_start = prepared.release();
+  cell.awaiting_handler = true;
+}
+
+std::exception_ptr start_awaiting_handler(actor_cell& cell) noexcept {
+  std::unique_ptr<task<void>> prepared(
+      static_cast<task<void>*>(std::exchange(cell.awaiting_start, nullptr)));
+  try {
+    spawn(std::move(*prepared)).detach();
+    return nullptr;
+  } catch (...) {
+    // Never started: destroying the wrapper (here, or in spawn) gives the envelope and the
+    // reference back through its claim; the caller halts the actor.
+    cell.awaiting_handler = false;
+    return std::current_exception();
+  }
+}
+
+}  // namespace spindle::actor_detail
