@@ -49,7 +49,7 @@ void race(F&&... bodies) {
 TEST(ActorRegistryRace, RegisteringRacingTheActorsHaltLeavesNoStaleName) {
   runtime rt({.workers = 2});
   int registered = 0, refused = 0;
-  for (int round = 0; round < 1500; ++round) {
+  for (int round = 0; round < 3000; ++round) {
     auto a = spawn_actor<race_target>(rt);
     bool ok = false;
     race(
