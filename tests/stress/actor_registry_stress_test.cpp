@@ -82,7 +82,7 @@ TEST(ActorRegistryStress, NamesChurnAndEveryRegistrationEndsExactlyOnce) {
   const std::uint64_t cells_before = spindle::actor_system::live_cells();
   constexpr int threads = 4;
   constexpr int pool = 8;
-  const int rounds = 6000 / registry_scale;
+  const int rounds = 20000 / registry_scale;
   std::array<thread_tally, threads> tallies;
   std::atomic<std::uint64_t> progress{0};
   {

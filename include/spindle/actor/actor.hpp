@@ -31,10 +31,10 @@
 // Watching (A7): an actor links or monitors from its handlers (actor_context); anything else (a
 // plain task, a thread) awaits an actor's exit with monitor_actor(ref), a oneshot receiver of
 // its exit_reason (`co_await`, or blocking_receive() on a plain thread). A watch placed after
-// the actor halted reports its real exit reason at once. ctx.spawn_link<B>(...) and
+// the actor halted reports its real exit reason at once. Links are a set: linking twice is one
+// link (one exit notification), and one unlink removes it. ctx.spawn_link<B>(...) and
 // ctx.spawn_monitor<B>(...) spawn a child already linked / monitored, before it can run (no
-// crash of it goes unseen, not even in on_start). Registered names: registry.hpp. Links are a set: linking twice is one
-// link (one exit notification), and one unlink removes it.
+// crash of it goes unseen, not even in on_start). Registered names: registry.hpp.
 //
 // Bounded mailboxes (A8): spawn_options::mailbox_capacity > 0 bounds the user messages queued
 // and not yet handled; send() on a full mailbox returns send_result::mailbox_full and drops the
@@ -415,7 +415,6 @@ class actor_context {
 
 template <class B>
 concept actor_behaviour = requires { typename B::message_type; };
-
 
 namespace actor_detail {
 

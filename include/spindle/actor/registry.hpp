@@ -32,8 +32,9 @@
 // registered again for another actor is not freed by the first actor's halt.
 // Lifetime: an entry holds no reference to its cell. The cell is alive while its entry is in
 // the map: the entry is removed by the exit callback, which halt() runs before it drops the
-// system's reference to the cell (or the registering thread, which holds a reference, runs it
-// at once when the actor halted already). So a lookup that finds an entry under the shard lock
+// system's reference to the cell; until register_name has added that callback (between the
+// insert and add_exit_callback), the registering caller's reference keeps the cell, and if the
+// actor halted meanwhile add_exit_callback runs the callback at once, on that caller. So a lookup that finds an entry under the shard lock
 // may take a reference to the cell. The name_watch is owned by the actor's watch list until
 // delivered (it then frees itself); unregister_name takes it back when it can (the actor has
 // not started halting), else the halt delivers it, finds its token gone, and frees it. The
