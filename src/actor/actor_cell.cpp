@@ -295,5 +295,16 @@ void add_exit_callback(actor_cell& target, exit_callback* callback) {
   if (taken_back != nullptr) taken_back->deliver(taken_back, target.halt_reason);
 }
 
+bool remove_exit_callback(actor_cell& target, exit_callback* callback) noexcept {
+  actor_links* links = target.links.load(std::memory_order_acquire);  // acquire: links_of's CAS
+  if (links == nullptr) return false;
+  std::lock_guard guard(links->lock);
+  const auto it = std::find_if(links->watchers.begin(), links->watchers.end(),
+                               [&](const watch_entry& e) { return e.callback == callback; });
+  if (it == links->watchers.end()) return false;
+  links->watchers.erase(it);
+  return true;
+}
+
 }  // namespace actor_detail
 }  // namespace spindle

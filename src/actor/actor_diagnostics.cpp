@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/actor/registry.hpp"
 #include "spindle/core/runtime_core.hpp"
 #include "spindle/diagnostics/json_writer.hpp"
 #include "spindle/task/runtime.hpp"
@@ -80,10 +81,25 @@ actor_info describe(const actor_cell& cell) {
   return info;
 }
 
+// The registered names (registry.hpp) by actor id: taken before the directory lock (the
+// registry's lock is never held with it), few as a rule, looked up per listed actor.
+std::vector<std::pair<actor_id, std::string>> sorted_names(const actor_detail::name_registry& names) {
+  std::vector<std::pair<actor_id, std::string>> named;
+  names.for_each_named([&](actor_id id, const std::string& name) { named.emplace_back(id, name); });
+  std::sort(named.begin(), named.end());
+  return named;
+}
+std::string name_in(const std::vector<std::pair<actor_id, std::string>>& named, actor_id id) {
+  const auto it = std::lower_bound(named.begin(), named.end(), id,
+                                   [](const auto& n, actor_id key) { return n.first < key; });
+  return it != named.end() && it->first == id ? it->second : std::string();
+}
+
 void write_actor(diagnostics::json_writer& out, const actor_info& a) {
   out.begin_object();
   out.member("id", a.id);
   out.member("name", a.name);
+  if (!a.registered_name.empty()) out.member("registered_name", a.registered_name);
   out.member("state", to_string(a.state));
   out.member("executor", a.executor);
   out.member("mailbox_length", a.mailbox_length);
@@ -137,9 +153,15 @@ void write_supervisor(diagnostics::json_writer& out, const supervisor_info& s,
 
 std::vector<actor_info> actor_system::snapshot() const {
   std::vector<actor_info> result;
-  std::lock_guard guard(directory_lock_);
-  for (const actor_cell* cell = directory_head_; cell != nullptr; cell = cell->directory_next) {
-    result.push_back(describe(*cell));
+  {
+    std::lock_guard guard(directory_lock_);
+    for (const actor_cell* cell = directory_head_; cell != nullptr; cell = cell->directory_next) {
+      result.push_back(describe(*cell));
+    }
+  }
+  const std::vector<std::pair<actor_id, std::string>> named = sorted_names(*names_);
+  if (!named.empty()) {
+    for (actor_info& a : result) a.registered_name = name_in(named, a.id);
   }
   return result;
 }
@@ -190,10 +212,13 @@ void actor_system::register_sections() {
   if (state == nullptr) return;
   diagnostics::registry& registry = state->diagnostics_registry;
   actors_section_ = registry.add_snapshot_section("actors", [this](diagnostics::json_writer& out) {
+    const std::vector<std::pair<actor_id, std::string>> named = sorted_names(*names_);
     out.begin_array();
     std::lock_guard guard(directory_lock_);
     for (const actor_cell* cell = directory_head_; cell != nullptr; cell = cell->directory_next) {
-      write_actor(out, describe(*cell));
+      actor_info info = describe(*cell);
+      if (!named.empty()) info.registered_name = name_in(named, info.id);
+      write_actor(out, info);
     }
     out.end_array();
   });

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "spindle/actor/actor_await.hpp"
+#include "spindle/actor/registry.hpp"
 #include "spindle/core/clock.hpp"
 #include "spindle/core/executor.hpp"
 #include "spindle/core/executor_mailbox.hpp"
@@ -791,7 +792,8 @@ actor_system::actor_system(core::runtime_core& core, actor_system_options option
       time_slice_ns_(options.time_slice.count() > 0 ? std::uint64_t(options.time_slice.count())
                                                     : core.service_interval_ns()),
       schedulers_(new std::atomic<actor_scheduler*>[core.options().max_executors]),
-      scheduler_capacity_(core.options().max_executors) {
+      scheduler_capacity_(core.options().max_executors),
+      names_(std::make_unique<actor_detail::name_registry>()) {
   for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
     schedulers_[i].store(nullptr, std::memory_order_relaxed);  // relaxed: not shared yet
   }

@@ -33,7 +33,9 @@
 // plain task, a thread) awaits an actor's exit with monitor_actor(ref), a oneshot receiver of
 // its exit_reason (`co_await`, or blocking_receive() on a plain thread). A watch placed after
 // the actor halted reports its real exit reason at once. Links are a set: linking twice is one
-// link (one exit notification), and one unlink removes it.
+// link (one exit notification), and one unlink removes it. ctx.spawn_link<B>(...) and
+// ctx.spawn_monitor<B>(...) spawn a child already linked / monitored, before it can run (no
+// crash of it goes unseen, not even in on_start). Registered names: registry.hpp.
 //
 // Bounded mailboxes (A8): spawn_options::mailbox_capacity > 0 bounds the user messages queued
 // and not yet handled; send() on a full mailbox returns send_result::mailbox_full and drops the
@@ -178,8 +180,9 @@ class reply_to {
 class actor_unavailable : public std::runtime_error {
  public:
   explicit actor_unavailable(send_result why)
-      : std::runtime_error(why == send_result::halted ? "spindle: the actor has halted"
-                                                      : "spindle: the actor's mailbox is full"),
+      : std::runtime_error(why == send_result::halted         ? "spindle: the actor has halted"
+                           : why == send_result::no_such_name ? "spindle: no actor has that name"
+                                                              : "spindle: the actor's mailbox is full"),
         reason(why) {}
   send_result reason;
 };
@@ -280,6 +283,37 @@ actor_ref<M> actor_handle::as() const {
 
 class actor_system;
 
+namespace actor_detail {
+template <class... A>
+inline constexpr bool starts_with_options = false;
+template <class First, class... Rest>
+inline constexpr bool starts_with_options<First, Rest...> =
+    std::same_as<std::remove_cvref_t<First>, spawn_options>;
+
+template <class B, class Prepare, class... A>
+actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
+                                                   const spawn_options& options, Prepare&& prepare,
+                                                   A&&... args);
+
+// Places the watch of `watcher` on the unpublished `child` (spawn_link, spawn_monitor); undoes
+// its half-made watch if it throws (out of memory).
+inline void watch_unpublished(actor_cell& child, actor_cell& watcher, std::uint64_t monitor_id) {
+  try {
+    add_watch(child, watcher, monitor_id);
+  } catch (...) {
+    remove_watch(child, watcher, monitor_id);
+    throw;
+  }
+}
+}  // namespace actor_detail
+
+// What actor_context::spawn_monitor returns: `auto [child, monitor_id] = ctx.spawn_monitor<B>()`.
+template <class M>
+struct spawned_monitored {
+  actor_ref<M> ref;
+  std::uint64_t monitor_id = 0;
+};
+
 // What a handler sees of its actor.
 template <class M>
 class actor_context {
@@ -318,6 +352,44 @@ class actor_context {
   }
   void demonitor(const actor_handle& other, std::uint64_t monitor_id) noexcept {
     if (other) actor_detail::remove_watch(*other.cell(), cell_, monitor_id);
+  }
+  // Spawn and watch in one step (Erlang's spawn_link and spawn_monitor): the child, spawned on
+  // this actor's executor (spawn_options::executor may say otherwise), is linked to (monitored
+  // by) this actor before it can run, so no crash of the child, not even in its on_start, goes
+  // unobserved. spawn_monitor returns the ref and the monitor's id (the down_message's).
+  // A leading spawn_options is the child's; the other arguments construct the behaviour.
+  template <class B, class... A>
+    requires(!actor_detail::starts_with_options<A...>)
+  actor_ref<typename B::message_type> spawn_link(A&&... args) {
+    return spawn_link<B>(spawn_options{}, std::forward<A>(args)...);
+  }
+  template <class B, class... A>
+  actor_ref<typename B::message_type> spawn_link(const spawn_options& options, A&&... args) {
+    actor_detail::actor_cell& parent = cell_;
+    return actor_detail::spawn_prepared<B>(
+        *cell_.system, options,
+        [&parent](actor_detail::actor_cell& child) {
+          actor_detail::watch_unpublished(child, parent, 0);
+        },
+        std::forward<A>(args)...);
+  }
+  template <class B, class... A>
+    requires(!actor_detail::starts_with_options<A...>)
+  spawned_monitored<typename B::message_type> spawn_monitor(A&&... args) {
+    return spawn_monitor<B>(spawn_options{}, std::forward<A>(args)...);
+  }
+  template <class B, class... A>
+  spawned_monitored<typename B::message_type> spawn_monitor(const spawn_options& options,
+                                                            A&&... args) {
+    actor_detail::actor_cell& parent = cell_;
+    const std::uint64_t monitor_id = cell_.system->next_id();
+    auto child = actor_detail::spawn_prepared<B>(
+        *cell_.system, options,
+        [&parent, monitor_id](actor_detail::actor_cell& c) {
+          actor_detail::watch_unpublished(c, parent, monitor_id);
+        },
+        std::forward<A>(args)...);
+    return {std::move(child), monitor_id};
   }
   // While an io_guard lives, the actor is never migrated (its I/O completes on this executor).
   class io_guard {
@@ -483,9 +555,19 @@ struct function_behaviour {
 
 std::uint32_t pick_home(actor_system& system, const spawn_options& options);
 
-template <class B, class... A>
-actor_ref<typename B::message_type> spawn_in(actor_system& system, const spawn_options& options,
-                                             A&&... args) {
+// No watch to place before the actor is published (spawn_in).
+struct no_preparation {
+  void operator()(actor_cell&) const noexcept {}
+};
+
+// Spawns a B. `prepare(cell)` runs after the cell is built and before anything can see or run
+// it (actor_context::spawn_link and spawn_monitor place their watch there, so the child cannot
+// halt unobserved); if it throws, it undid its own work, and the unpublished cell is discarded
+// (its behaviour destroyed without on_stop: it never started).
+template <class B, class Prepare, class... A>
+actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
+                                                   const spawn_options& options, Prepare&& prepare,
+                                                   A&&... args) {
   if (system.stopping()) throw runtime_stopped();
   const std::uint32_t home = pick_home(system, options);
   const std::uint32_t quantum = options.quantum != 0 ? options.quantum : system.options().quantum;
@@ -498,18 +580,35 @@ actor_ref<typename B::message_type> spawn_in(actor_system& system, const spawn_o
     core::deallocate_frame(memory);
     throw;
   }
+  adopt_mode mode = adopt_mode::idle;
+  try {
+    if constexpr (requires(B& b, actor_context<typename B::message_type>& c) { b.on_start(c); }) {
+      // Queued before anyone can see the actor: it starts Runnable, no wake needed.
+      cell->mailbox.store(new start_envelope(), std::memory_order_relaxed);  // relaxed: unpublished
+      cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: unpublished
+      mode = adopt_mode::spawned_runnable;
+    }
+    prepare(static_cast<actor_cell&>(*cell));
+  } catch (...) {
+    // relaxed: unpublished, this thread's own writes.
+    if (envelope* start = cell->mailbox.load(std::memory_order_relaxed)) start->destroy(start);
+    cell->behaviour().~B();
+    if (actor_links* links = cell->links.load(std::memory_order_relaxed)) delete links;
+    cell->~typed_cell<B>();
+    core::deallocate_frame(memory);
+    throw;
+  }
   count_cell(+1);
   cell->add_reference();  // the returned ref's; the system holds the first
-  adopt_mode mode = adopt_mode::idle;
-  if constexpr (requires(B& b, actor_context<typename B::message_type>& c) { b.on_start(c); }) {
-    // Queued before anyone can see the actor: it starts Runnable, no wake needed.
-    cell->mailbox.store(new start_envelope(), std::memory_order_relaxed);  // relaxed: unpublished
-    cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: unpublished
-    mode = adopt_mode::spawned_runnable;
-  }
   system.enlist(cell);  // diagnostics: listed until it halts
   system.send_adopt(cell, home, mode);
   return actor_ref<typename B::message_type>::adopt(cell);
+}
+
+template <class B, class... A>
+actor_ref<typename B::message_type> spawn_in(actor_system& system, const spawn_options& options,
+                                             A&&... args) {
+  return spawn_prepared<B>(system, options, no_preparation{}, std::forward<A>(args)...);
 }
 
 }  // namespace actor_detail
@@ -554,13 +653,6 @@ actor_ref<typename B::message_type> spawn_actor(runtime& rt, const spawn_options
                                                 A&&... args) {
   return actor_detail::spawn_in<B>(actors_of(rt), options, std::forward<A>(args)...);
 }
-namespace actor_detail {
-template <class... A>
-inline constexpr bool starts_with_options = false;
-template <class First, class... Rest>
-inline constexpr bool starts_with_options<First, Rest...> =
-    std::same_as<std::remove_cvref_t<First>, spawn_options>;
-}  // namespace actor_detail
 
 template <actor_behaviour B, class... A>
   requires(!actor_detail::starts_with_options<A...>)

@@ -7,7 +7,8 @@
 //     Receiving moves it to Runnable and routes one wake to its home executor;
 //   - the *owner*: the scheduler of the actor's home executor. Only it takes the mailbox, runs
 //     the behaviour, places the actor in its wheel, migrates it and halts it;
-//   - watchers (linked and monitoring actors, and exit callbacks: a task's monitor), registered
+//   - watchers (linked and monitoring actors, and exit callbacks: a task's monitor, a
+//     registered name's watch, registry.hpp), registered
 //     in `links` under its lock. Links are a set: linking twice is one link (Erlang's rule).
 //
 // States (A2), the atomic `state`:
@@ -86,6 +87,7 @@ enum class send_result : std::uint8_t {
   queued,        // in the mailbox; the actor will handle it
   mailbox_full,  // bounded mailbox at capacity; the message was not queued
   halted,        // the actor has halted; the message was dropped
+  no_such_name,  // send_to(name): no actor is registered under that name (registry.hpp)
 };
 
 using actor_id = std::uint64_t;
@@ -264,6 +266,10 @@ void remove_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor
 // Registers `callback` (ownership passes) to be told when `target` halts, at once if it has.
 // Told also when the runtime's shutdown halts the target (actors are not told then).
 void add_exit_callback(actor_cell& target, exit_callback* callback);
+// Takes `callback` back (ownership returns to the caller) if it is still waiting in `target`'s
+// watch list; false if it is not there (the halt has taken it and delivers it, or it was never
+// added).
+bool remove_exit_callback(actor_cell& target, exit_callback* callback) noexcept;
 
 }  // namespace actor_detail
 }  // namespace spindle

@@ -131,6 +131,8 @@ class executor;
 
 namespace actor_detail {
 
+class name_registry;  // registry.hpp
+
 inline constexpr std::uint32_t wheel_segments = 16;
 inline constexpr std::uint32_t actors_per_slice = 64;
 inline constexpr std::uint32_t migration_samples = 2;
@@ -308,6 +310,7 @@ struct actor_system_options {
 struct actor_info {
   actor_id id = 0;
   std::string name;  // spawn_options::name (empty: unnamed)
+  std::string registered_name;  // its registered name (registry.hpp; empty: none)
   actor_state state = actor_state::receiving;
   std::uint32_t executor = 0;  // its home
   // User messages queued and not yet handled: exact for bounded mailboxes and with
@@ -420,6 +423,8 @@ class actor_system {
     return supervisor_restarts_.load(std::memory_order_relaxed);  // relaxed: a sample
   }
   void write_metrics(std::string& out) const;
+  // Registered names (registry.hpp).
+  actor_detail::name_registry& names() const noexcept { return *names_; }
   // --- diagnostics (see above) ---------------------------------------------------------------
   void enlist(actor_detail::actor_cell* cell);
   void delist(actor_detail::actor_cell* cell) noexcept;
@@ -451,6 +456,9 @@ class actor_system {
   std::mutex failure_hook_mutex_;
   supervisor_failure_hook failure_hook_;  // under failure_hook_mutex_; empty: the default
   std::atomic<std::uint64_t> supervisor_restarts_{0};
+  // Outlives every halt (shutdown() halts every actor in the destructor's body, and a halt
+  // frees its actor's name).
+  std::unique_ptr<actor_detail::name_registry> names_;
 
   void halt_supervision_trees() noexcept;
   void register_sections();

@@ -1,6 +1,7 @@
-// The actor module: actors, their scheduling wheel, supervisors.
+// The actor module: actors, their scheduling wheel, supervisors, registered names.
 #pragma once
 
 #include "spindle/actor/actor.hpp"
 #include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/actor/registry.hpp"
 #include "spindle/actor/supervisor.hpp"
