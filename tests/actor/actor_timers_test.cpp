@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -187,6 +188,7 @@ TEST(ActorTimers, SlowActorGetsTicksSkippedNotPiledUp) {
 
 struct self_timing {
   using message_type = timed_message;
+  explicit self_timing(std::promise<int>* finished) : done(finished) {}
   std::promise<int>* done;
   int pings = 0;
   spindle::actor_timer periodic;
@@ -211,7 +213,7 @@ TEST(ActorTimers, HandlerArmsTimersToItself) {
   runtime rt({.workers = 2});
   std::promise<int> done;
   auto finished = done.get_future();
-  auto ref = spawn_actor<self_timing>(rt, self_timing{&done});
+  auto ref = spawn_actor<self_timing>(rt, &done);
   ASSERT_EQ(finished.wait_for(30s), std::future_status::ready);
   EXPECT_GE(finished.get(), 103);
   ASSERT_TRUE(eventually([&] { return ref.state() == spindle::actor_state::halted; }));
@@ -328,6 +330,8 @@ TEST(ActorTimers, CancelRacingTheFireIsDeliveredXorCancelled) {
 // halt, every timer ends cancelled, no cell is left.
 struct halting_ticker {
   using message_type = timed_message;
+  halting_ticker(std::shared_ptr<std::atomic<int>> counter, int stop_at)
+      : after_halt(std::move(counter)), stop_after(stop_at) {}
   std::shared_ptr<std::atomic<int>> after_halt;
   std::shared_ptr<std::atomic<bool>> halted_flag = std::make_shared<std::atomic<bool>>(false);
   int ticks = 0;
@@ -348,9 +352,7 @@ TEST(ActorTimers, ActorHaltingWhileItsPeriodicTimerFires) {
     std::vector<spindle::oneshot_receiver<spindle::exit_reason>> downs;
     std::vector<actor_ref<timed_message>> refs;
     for (int i = 0; i < 64; ++i) {
-      halting_ticker b{after_halt};
-      b.stop_after = 1 + i % 4;
-      refs.push_back(spawn_actor<halting_ticker>(rt, std::move(b)));
+      refs.push_back(spawn_actor<halting_ticker>(rt, after_halt, 1 + i % 4));
       downs.push_back(spindle::monitor_actor(refs.back()));
       if (i % 3 == 0) {
         std::thread killer([r = refs.back()] { r.kill(); });
@@ -372,9 +374,7 @@ TEST(ActorTimers, RuntimeDestroyedWithTimersArmed) {
   {
     runtime rt({.workers = 2});
     for (int i = 0; i < 16; ++i) {
-      halting_ticker b{std::make_shared<std::atomic<int>>(0)};
-      b.stop_after = 1'000'000;
-      auto ref = spawn_actor<halting_ticker>(rt, std::move(b));
+      auto ref = spawn_actor<halting_ticker>(rt, std::make_shared<std::atomic<int>>(0), 1'000'000);
       outliving.push_back(spindle::send_after(ref, 1h, timed_ping{}));
       outliving.push_back(spindle::send_interval(ref, 1ms, timed_ping{}));
       outliving.push_back(spindle::send_after(ref, 0ms, timed_ping{}));
