@@ -40,7 +40,8 @@
 // finds it set pushes nothing. A slow actor therefore sees ticks *skipped*, never piled up
 // (Tokio's MissedTickBehavior::Skip: the next tick stays on the grid). cancel() returning true
 // means no further tick will be pushed; a tick already in the mailbox stays there (as with
-// Erlang's cancel_timer).
+// Erlang's cancel_timer). Since a tick's envelope is destroyed only after its handler returns,
+// cancelling from the handler of the timer's own tick leaves no tick queued.
 //
 // References on a record: the handle's; the registry's, from registration until whoever takes
 // the record out of the registry (the one-shot fire, the winning canceller, the closer) is done
