@@ -79,6 +79,8 @@ void actor_cell::release() noexcept {
   // each decrement, acquire by the one that reaches zero).
   if (references.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     if (actor_links* l = links.load(std::memory_order_acquire)) delete l;  // acquire: its CAS
+    // acquire: its CAS. Every timer holds a reference on the cell: none is left to use it.
+    if (timer_registry* t = timers.load(std::memory_order_acquire)) destroy_timer_registry(t);
     vtable->free_cell(*this);
   }
 }

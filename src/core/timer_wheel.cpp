@@ -222,11 +222,34 @@ std::size_t timer_service::fire_due() noexcept {
   // mutex); reading the clock under the service mutex would take them in the opposite order.
   const clock_time now = clock_.now();
   std::lock_guard lock(mutex_);
+  firing_now_ = now;
   // Fired under the lock, so that disarm() returning false means the callback has completed.
-  return wheel_.expire(now, [](timer_entry& entry) noexcept {
+  const std::size_t fired = wheel_.expire(now, [](timer_entry& entry) noexcept {
     trace_event(trace_kind::timer_fire, 0, trace_ref(&entry));
     entry.fire_(&entry);
   });
+  // Periodic entries go back in after the expire (it must not see inserts), still under the
+  // lock: no disarm() finds one missing between its two arms.
+  while (timer_entry* entry = repeating_) {
+    repeating_ = entry->next_;
+    entry->next_ = nullptr;
+    wheel_.insert(*entry, entry->deadline_);
+  }
+  return fired;
+}
+
+void timer_service::repeat(timer_entry& entry, clock_duration period) noexcept {
+  // Under mutex_ (we are inside fire_due's expire). The next grid point after firing_now_:
+  // deadline + k * period, k >= 1, saturating at the end of time.
+  const clock_duration late = firing_now_ - entry.deadline_;
+  const auto periods = late < clock_duration::zero() ? 1 : late / period + 1;
+  clock_time next = clock_time::max();
+  if (periods <= (clock_time::max() - entry.deadline_) / period) {
+    next = entry.deadline_ + periods * period;
+  }
+  entry.deadline_ = next;
+  entry.next_ = repeating_;
+  repeating_ = &entry;
 }
 
 std::optional<clock_time> timer_service::next_deadline() const noexcept {

@@ -43,6 +43,7 @@
 // Notifications and stop/kill requests are never refused.
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <functional>
@@ -94,6 +95,10 @@ struct spawn_options {
 
 template <class M>
 class actor_ref;
+class actor_timer;           // actor_timers.hpp
+struct call_options;         // call.hpp
+template <class Req>
+struct call_message;         // call.hpp
 
 // An untyped reference to an actor: identity, state, stop/kill, links and monitors.
 class actor_handle {
@@ -189,8 +194,10 @@ class actor_unavailable : public std::runtime_error {
 
 namespace actor_detail {
 
+// Not final: a periodic timer's tick (actor_timers.hpp) is a user envelope that also says when
+// it is gone (its own destroy function, set after construction).
 template <class M>
-struct user_envelope final : envelope {
+struct user_envelope : envelope {
   template <class... A>
   explicit user_envelope(A&&... args)
       : envelope(&user_envelope::destroy_self, envelope_kind::user), message(std::forward<A>(args)...) {}
@@ -244,6 +251,22 @@ class actor_ref : public actor_handle {
     actor_detail::actor_cell& cell = target();  // first: nothing is allocated for an empty one
     return actor_detail::push_message(cell,
                                       actor_detail::make_user_envelope<M>(std::forward<A>(args)...));
+  }
+
+  // Typed request/response (call.hpp): Req declares `using reply = R;` and M accepts a
+  // call_message<Req>. Sends at once; co_await the result (or blocking_receive() it on a plain
+  // thread) for the R. Throws actor_unavailable if it could not be queued; the await throws
+  // channel_closed if the actor dropped the reply unanswered. With options: a deadline or a
+  // timeout, past which the await throws timeout_error (awaited in a task).
+  template <class Req>
+  auto call(Req request) const;
+  template <class Req>
+  auto call(Req request, const call_options& options) const;
+  // A one-way send of anything M is constructible from (usage_error on an empty reference).
+  template <class T>
+    requires std::constructible_from<M, T&&>
+  send_result cast(T&& message) const {
+    return send(M(std::forward<T>(message)));
   }
 
   // Request/response: `make_message(reply_to<R>)` builds the question; the task completes
@@ -408,6 +431,13 @@ class actor_context {
   };
   io_guard begin_io() noexcept { return io_guard(cell_); }
   actor_system& system() const noexcept { return *cell_.system; }
+  // Timers to this actor (actor_timers.hpp): `message` once after `delay`, or a copy every
+  // `period` (no drift, skipped while the previous tick is still queued). Cancelled when the
+  // actor halts.
+  template <class T, class Rep, class Period>
+  actor_timer send_after(std::chrono::duration<Rep, Period> delay, T&& message) const;
+  template <class T, class Rep, class Period>
+  actor_timer send_interval(std::chrono::duration<Rep, Period> period, T&& message) const;
 
  private:
   static actor_detail::actor_cell& watched(const actor_handle& other) {
@@ -677,3 +707,8 @@ actor_ref<M> spawn_actor(runtime& rt, F&& function, const spawn_options& options
 }
 
 }  // namespace spindle
+
+// The members declared above whose definitions need more of the library: the timers of
+// actor_context, actor_ref::call. Included last, so that either header may come first.
+#include "spindle/actor/actor_timers.hpp"
+#include "spindle/actor/call.hpp"

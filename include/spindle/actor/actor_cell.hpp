@@ -164,6 +164,10 @@ struct actor_links {
   bool closed = false;
 };
 
+// The timers aimed at one actor (actor_timers.hpp); allocated on first use, freed with the cell.
+struct timer_registry;
+void destroy_timer_registry(timer_registry* registry) noexcept;
+
 inline envelope* const closed_mailbox = reinterpret_cast<envelope*>(std::uintptr_t(1));
 
 struct actor_cell {
@@ -191,6 +195,7 @@ struct actor_cell {
   // once instead of handling the messages it took before the kill came (actor_await.hpp).
   std::atomic<bool> kill_requested{false};
   std::atomic<actor_links*> links{nullptr};
+  std::atomic<timer_registry*> timers{nullptr};  // send_after / send_interval (actor_timers.hpp)
   const bool pinned;
   const core::executor_domain domain;  // where it may be placed and migrate (spawn_options)
 

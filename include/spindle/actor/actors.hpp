@@ -3,5 +3,7 @@
 
 #include "spindle/actor/actor.hpp"
 #include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/actor/actor_timers.hpp"
+#include "spindle/actor/call.hpp"
 #include "spindle/actor/registry.hpp"
 #include "spindle/actor/supervisor.hpp"

@@ -48,6 +48,12 @@
 // thread may arm or disarm. All three take the service mutex, and fire callbacks run under it, so
 // once disarm() returns the entry is neither in the wheel nor being fired: the entry's memory
 // (usually inside a suspended coroutine frame) may then be freed.
+//
+// Periodic entries (the actors' send_interval, actor/actor_timers.hpp): a fire callback may ask
+// for its own entry to be armed again, repeat(entry, period), instead of arming it (which would
+// take the mutex it runs under, and insert into a wheel in the middle of an expire). fire_due
+// inserts such entries after its expire loop, before it lets the mutex go: a disarm() never sees
+// a periodic entry between two arms, so it either removes it or waits for the fire to complete.
 #pragma once
 
 #include <array>
@@ -175,6 +181,11 @@ class timer_service {
   bool disarm(timer_entry& entry) noexcept;
   // Owner executor. Fires every entry due at clock().now(); returns how many fired.
   std::size_t fire_due() noexcept;
+  // From a fire callback of this service only, for the entry being fired: arms it again, once
+  // the callback has returned and before the mutex is released, at deadline + k * period for the
+  // smallest k >= 1 that lies after the `now` this fire_due read (missed periods are skipped, the
+  // phase is kept: no drift). period must be positive.
+  void repeat(timer_entry& entry, clock_duration period) noexcept;
   std::optional<clock_time> next_deadline() const noexcept;
   std::size_t size() const noexcept;
 
@@ -182,6 +193,10 @@ class timer_service {
   spindle::clock& clock_;
   mutable std::mutex mutex_;
   timer_wheel wheel_;
+  // Under mutex_, during fire_due only: the time it fires for, and the entries repeat() asked to
+  // arm again (linked through next_: they are in no slot list then).
+  clock_time firing_now_{};
+  timer_entry* repeating_ = nullptr;
 };
 
 }  // namespace spindle::core
