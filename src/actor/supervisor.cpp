@@ -12,6 +12,7 @@
 #include "spindle/core/runtime_core.hpp"
 #include "spindle/task/runtime.hpp"
 #include "spindle/time/sleep.hpp"
+#include "supervisor_parts.hpp"
 
 namespace spindle {
 namespace {
@@ -37,6 +38,7 @@ class supervisor_behaviour {
     for (std::size_t i = 0; i < spec_.children.size(); ++i) {
       record_.children[i].name = spec_.children[i].name;
     }
+    record_.intensity = plan_.intensity();
     system_ = current_actor_system();
     if (system_ != nullptr) system_->add_supervisor_record(&record_);
     for (std::size_t child : plan_.start_order()) start_child(child, ctx);
@@ -133,7 +135,10 @@ class supervisor_behaviour {
       exits_.pop_front();
       const std::size_t restarts_before = plan_.restart_count();
       decide(child, outcome);
-      ctx.system().count_restarts(plan_.restart_count() - restarts_before);
+      if (plan_.restart_count() != restarts_before) {
+        ctx.system().count_restarts(plan_.restart_count() - restarts_before);
+        supervisor_parts::publish_intensity(system_, record_, plan_.intensity());
+      }
     }
   }
 
@@ -178,10 +183,9 @@ class supervisor_behaviour {
 
   void start_child(std::size_t child, context& ctx) {
     try {
-      spawn_options options = resolve(spec_.children[child].placement);
-      options.name = spec_.children[child].name;  // diagnostics: named after its spec
-      options.supervisor = ctx.id();
-      options.restarts = starts_[child];
+      // Named after its spec (diagnostics).
+      const spawn_options options = supervisor_parts::child_options(
+          spec_.children[child].placement, spec_.children[child].name, ctx.id(), starts_[child]);
       actor_handle handle = spec_.children[child].start(options);
       if (!handle) throw usage_error("spindle: a supervisor's child factory returned no actor");
       if (child_of_.contains(handle.id())) {
@@ -199,10 +203,7 @@ class supervisor_behaviour {
       child_of_[handle.id()] = child;
       // Diagnostics: which supervisor started it, and how many times its slot restarted (again
       // here: a factory may have ignored the options).
-      const std::uint32_t restarts = starts_[child]++;
-      // relaxed: read by snapshots, each value whole.
-      handle.cell()->supervisor.store(ctx.id(), std::memory_order_relaxed);
-      handle.cell()->restarts.store(restarts, std::memory_order_relaxed);
+      supervisor_parts::mark_child(handle, ctx.id(), starts_[child]++);
       note_child(child, handle.id());
       children_[child] = std::move(handle);
     } catch (const runtime_stopped&) {
@@ -234,16 +235,6 @@ class supervisor_behaviour {
     co_await sleep_for(timeout);
     supervisor_message timed_out{supervisor_stop_timed_out{child, stop}};  // named: g++ 12
     self.send(std::move(timed_out));
-  }
-
-  static spawn_options resolve(const child_placement& placement) {
-    spawn_options options;
-    options.domain = domain_of(placement);
-    if (placement.where == child_placement::kind::executor) {
-      options.executor = placement.value;
-      options.pinned = true;
-    }
-    return options;
   }
 
   // The supervision tree's record of a child (under the system's directory lock).

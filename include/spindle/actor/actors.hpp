@@ -3,5 +3,6 @@
 
 #include "spindle/actor/actor.hpp"
 #include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/actor/dynamic_supervisor.hpp"
 #include "spindle/actor/registry.hpp"
 #include "spindle/actor/supervisor.hpp"
