@@ -96,6 +96,14 @@ dynamic_child_spec child_of(runtime& rt, factory_log& log, restart_type restart,
   return spec;
 }
 
+// A supervisor that never gives up, with this back-off.
+dynamic_supervisor without_limit(runtime& rt, restart_backoff backoff) {
+  dynamic_supervisor_spec spec;
+  spec.limit = restart_limit::unlimited();
+  spec.backoff = backoff;
+  return spindle::spawn_dynamic_supervisor(rt, spec);
+}
+
 spindle::started_child start(const dynamic_supervisor& sup, dynamic_child_spec spec) {
   return receive_within(sup.start_child(std::move(spec)));
 }
@@ -133,10 +141,7 @@ TEST(DynamicSupervisor, BadBackOffIsRejected) {
 // calls, every gap is at least its delay (a timer never fires early; lower bounds only).
 TEST(DynamicSupervisor, CrashLoopingChildIsRestartedAfterGrowingCappedDelays) {
   runtime rt({.workers = 2});
-  dynamic_supervisor_spec spec;
-  spec.limit = restart_limit::unlimited();
-  spec.backoff = {20ms, 2.0, 80ms, 10s};
-  auto sup = spindle::spawn_dynamic_supervisor(rt, spec);
+  auto sup = without_limit(rt, {20ms, 2.0, 80ms, 10s});
   factory_log log;
   auto started = start(sup, child_of<crash_at_start>(rt, log, restart_type::always));
   ASSERT_EQ(started.error, start_child_error::none);
@@ -154,10 +159,7 @@ TEST(DynamicSupervisor, CrashLoopingChildIsRestartedAfterGrowingCappedDelays) {
 // A child that stayed up longer than reset_after starts its back-off count again.
 TEST(DynamicSupervisor, BackOffResetsAfterTheChildStayedUp) {
   runtime rt({.workers = 2});
-  dynamic_supervisor_spec spec;
-  spec.limit = restart_limit::unlimited();
-  spec.backoff = {1ms, 1000.0, 60s, 30ms};  // the 2nd consecutive restart would wait a second
-  auto sup = spindle::spawn_dynamic_supervisor(rt, spec);
+  auto sup = without_limit(rt, {1ms, 1000.0, 60s, 30ms});  // the 2nd consecutive restart would wait a second
   factory_log log;
   auto started = start(sup, child_of<worker>(rt, log, restart_type::always));
   for (int round = 1; round <= 3; ++round) {
@@ -353,6 +355,17 @@ TEST(DynamicSupervisor, TemplateFactoryTakesArgumentsPerStart) {
   EXPECT_EQ(seen, (std::vector<int>{7, 9}));
 }
 
+// Starts `count` children that ignore their stop requests (counted in `stop_requests`); returns
+// their spec.
+dynamic_child_spec start_stubborn(runtime& rt, const dynamic_supervisor& sup, factory_log& log,
+                                  std::atomic<int>& stop_requests,
+                                  std::chrono::milliseconds stop_timeout, int count) {
+  dynamic_child_spec spec = child_of<stubborn>(rt, log, restart_type::always, &stop_requests);
+  spec.stop_timeout = stop_timeout;
+  for (int i = 0; i < count; ++i) EXPECT_EQ(start(sup, spec).error, start_child_error::none);
+  return spec;
+}
+
 // A stop request reaches every child at once: three children that ignore it all see it while
 // none is down yet (one at a time, the second would wait for the first's minute-long timeout).
 TEST(DynamicSupervisor, StopSendsEveryChildItsStopRequestAtOnce) {
@@ -360,9 +373,7 @@ TEST(DynamicSupervisor, StopSendsEveryChildItsStopRequestAtOnce) {
   auto sup = spindle::spawn_dynamic_supervisor(rt, {});
   std::atomic<int> stop_requests{0};
   factory_log log;
-  dynamic_child_spec spec = child_of<stubborn>(rt, log, restart_type::always, &stop_requests);
-  spec.stop_timeout = 60s;
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(start(sup, spec).error, start_child_error::none);
+  const dynamic_child_spec spec = start_stubborn(rt, sup, log, stop_requests, 60s, 3);
   auto sup_down = spindle::monitor_actor(sup.ref());
   sup.ref().stop(exit_kind::shutdown);
   ASSERT_TRUE(eventually([&] { return stop_requests.load() == 3; }, 20s));
@@ -380,9 +391,7 @@ TEST(DynamicSupervisor, StopKillsChildrenPastTheirTimeoutAndHalts) {
   auto sup = spindle::spawn_dynamic_supervisor(rt, {});
   std::atomic<int> stop_requests{0};
   factory_log log;
-  dynamic_child_spec spec = child_of<stubborn>(rt, log, restart_type::always, &stop_requests);
-  spec.stop_timeout = 20ms;
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(start(sup, spec).error, start_child_error::none);
+  start_stubborn(rt, sup, log, stop_requests, 20ms, 4);
   ASSERT_EQ(start(sup, child_of<worker>(rt, log, restart_type::always)).error,
             start_child_error::none);
   auto sup_down = spindle::monitor_actor(sup.ref());
@@ -474,10 +483,7 @@ TEST(DynamicSupervisor, StaticSupervisorReportsItsIntensityToo) {
 // restarted); the supervisor's own counts agree with what the callers saw.
 TEST(DynamicSupervisorRace, ChildrenAddedAndRemovedFromFourThreadsWhileTheyCrash) {
   runtime rt({.workers = 2});
-  dynamic_supervisor_spec spec;
-  spec.limit = restart_limit::unlimited();
-  spec.backoff = {1ms, 2.0, 4ms, 1s};
-  auto sup = spindle::spawn_dynamic_supervisor(rt, spec);
+  auto sup = without_limit(rt, {1ms, 2.0, 4ms, 1s});
   factory_log log;
   constexpr int threads = 4;
   constexpr int operations = 150;
