@@ -157,7 +157,7 @@ class dynamic_supervisor_behaviour {
       return;
     }
     ++stats_.started;
-    note_children();
+    note_child(id);
     request.reply({start_child_error::none, id, child.actor});
   }
 
@@ -251,7 +251,7 @@ class dynamic_supervisor_behaviour {
     const auto delay = spec_.backoff.delay(++child.consecutive);
     child.state = dynamic_child_info::phase::backing_off;
     deadlines_.push({detail::saturating_add(at, delay), id, child.generation});
-    note_children();
+    note_child(id);
     rearm(ctx);
   }
 
@@ -260,7 +260,7 @@ class dynamic_supervisor_behaviour {
     ++child.generation;
     if (spawn(id, child, ctx)) {
       ++stats_.restarts;  // incarnations started again (one terminated in back-off is not)
-      note_children();
+      note_child(id);
       return;
     }
     // A failed restart is a crash of that child, now (started_at: its last try).
@@ -290,7 +290,6 @@ class dynamic_supervisor_behaviour {
       deadlines_.push({at, id, child.generation});
       rearm(ctx);
     }
-    note_children();
   }
 
   // Child `id`, being stopped, is down (or was backing off).
@@ -308,7 +307,7 @@ class dynamic_supervisor_behaviour {
   void remove(dynamic_child_id id, ended_kind how) {
     children_.erase(id);
     ++(how == ended_kind::ended ? stats_.ended : stats_.terminated);
-    note_children();
+    note_child(id);
   }
 
   void stop_all(context& ctx) {
@@ -365,19 +364,36 @@ class dynamic_supervisor_behaviour {
     alarm.armed_for = next;
   }
 
-  // The supervision tree's record (under the system's directory lock).
-  void note_children() {
+  // The supervision tree's record of child `id` (under the system's directory lock): added,
+  // updated or removed in place. record_.children follows children_'s order (by id), and
+  // record_ids_ names its entries, so a change costs a binary search (and a removal a move of
+  // the entries after it), not a rebuild.
+  void note_child(dynamic_child_id id) {
     if (system_ == nullptr) return;
+    const auto at = std::lower_bound(record_ids_.begin(), record_ids_.end(), id);
+    const auto position = at - record_ids_.begin();
+    const bool listed = at != record_ids_.end() && *at == id;
+    auto found = children_.find(id);
+    if (found == children_.end()) {
+      if (!listed) return;
+      record_ids_.erase(at);
+      system_->with_directory_locked(
+          [&] { record_.children.erase(record_.children.begin() + position); });
+      return;
+    }
+    const child_record& child = found->second;
+    supervisor_info::child entry{child.spec.name, child.actor ? child.actor.id() : 0,
+                                 child.starts > 0 ? child.starts - 1 : 0, bool(child.actor)};
+    if (!listed) record_ids_.insert(at, id);
     system_->with_directory_locked([&] {
-      record_.children.clear();
-      for (const auto& [id, child] : children_) {
-        record_.children.push_back({child.spec.name, child.actor ? child.actor.id() : 0,
-                                    child.starts > 0 ? child.starts - 1 : 0, bool(child.actor)});
+      if (listed) {
+        record_.children[std::size_t(position)] = std::move(entry);
+      } else {
+        record_.children.insert(record_.children.begin() + position, std::move(entry));
       }
     });
   }
 
- private:
   dynamic_supervisor_spec spec_;
   spindle::clock& clock_;
   restart_intensity intensity_;
@@ -388,6 +404,7 @@ class dynamic_supervisor_behaviour {
   dynamic_child_id next_id_ = 1;
   dynamic_supervisor_stats stats_;
   actor_detail::supervisor_record record_;
+  std::vector<dynamic_child_id> record_ids_;  // the ids of record_.children, in order
   actor_system* system_ = nullptr;
   bool stopping_ = false;  // a stop request came, or giving up: stop the children, then halt
   bool escalating_ = false;

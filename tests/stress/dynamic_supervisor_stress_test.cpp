@@ -1,7 +1,7 @@
 // Stress: dynamic supervisors (dynamic_supervisor.hpp) under churn.
 //
 //   DynamicSupervisorStress.ChurnOfCrashLoopingChildrenIsAccountedForExactly
-//       four foreign threads start thousands of children (a third crash-looping on a short
+//       four foreign threads start eight thousand children (a third crash-looping on a short
 //       back-off, the rest crashing or ending when told) and terminate them at random, while the
 //       supervisor's one timer carries hundreds of back-offs at once; afterwards every child is
 //       listed, terminated or ended exactly once, the supervisor's counts agree with the
@@ -60,7 +60,7 @@ TEST(DynamicSupervisorStress, ChurnOfCrashLoopingChildrenIsAccountedForExactly) 
     std::map<spindle::dynamic_child_id, int> terminated;
     std::uint64_t started = 0;
     std::vector<std::thread> callers;
-    const int operations = 2500 / scale;
+    const int operations = 4000 / scale;
     for (int t = 0; t < 4; ++t) {
       callers.emplace_back([&, t] {
         std::mt19937 random(99u + unsigned(t));
