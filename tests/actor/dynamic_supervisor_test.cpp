@@ -401,6 +401,34 @@ TEST(DynamicSupervisor, StopKillsChildrenPastTheirTimeoutAndHalts) {
   for (const actor_handle& a : log.actors) EXPECT_EQ(a.state(), spindle::actor_state::halted);
 }
 
+// Runtime shutdown with a child in back-off and another being stopped (its kill an hour away):
+// the supervisor's timer entry is disarmed as it halts, and every actor is freed.
+TEST(DynamicSupervisor, RuntimeShutdownWithPendingDeadlinesFreesEverything) {
+  const std::uint64_t cells_before = spindle::actor_system::live_cells();
+  {
+    runtime rt({.workers = 2});
+    dynamic_supervisor_spec spec;
+    spec.backoff = {3600s, 2.0, 3600s, 3600s};
+    auto sup = spindle::spawn_dynamic_supervisor(rt, spec);
+    factory_log log;
+    auto crashing = start(sup, child_of<worker>(rt, log, restart_type::always));
+    crashing.actor.as<int>().send(-1);
+    std::atomic<int> stop_requests{0};
+    dynamic_child_spec spec_stubborn = child_of<stubborn>(rt, log, restart_type::always, &stop_requests);
+    spec_stubborn.stop_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(3600s);
+    auto held = start(sup, spec_stubborn);
+    auto terminated = sup.terminate_child(held.id);  // answered supervisor_gone at shutdown
+    ASSERT_TRUE(eventually([&] { return stop_requests.load() == 1; }));
+    ASSERT_TRUE(eventually([&] {
+      const auto c = receive_within(sup.which_children());
+      return c.size() == 2 && c[0].state == spindle::dynamic_child_info::phase::backing_off;
+    }));
+    log.actors.clear();
+  }
+  EXPECT_TRUE(eventually([&] { return spindle::actor_system::live_cells() == cells_before; }, 20s))
+      << spindle::actor_system::live_cells() - cells_before << " cells left";
+}
+
 // --- diagnostics -----------------------------------------------------------------------------
 
 TEST(DynamicSupervisor, SnapshotsReportRestartsPerChildAndTheIntensity) {
