@@ -80,7 +80,8 @@ class dynamic_supervisor_behaviour {
 
   void on_down(const down_message& down, context& ctx) {
     auto found = child_of_.find(down.source);
-    if (found == child_of_.end()) return;  // not a child (an earlier incarnation cannot be: one monitor each)
+    // Not a child (an earlier incarnation cannot be: each one's monitor fires once).
+    if (found == child_of_.end()) return;
     const dynamic_child_id id = found->second;
     child_of_.erase(found);
     child_record& child = children_.at(id);
@@ -434,7 +435,9 @@ dynamic_supervisor spawn_in(actor_system& system, dynamic_supervisor_spec spec,
 }  // namespace
 
 oneshot_receiver<started_child> dynamic_supervisor::start_child(dynamic_child_spec spec) const {
-  if (!spec.start) throw usage_error("spindle: dynamic_child_spec '" + spec.name + "' has no start function");
+  if (!spec.start) {
+    throw usage_error("spindle: dynamic_child_spec '" + spec.name + "' has no start function");
+  }
   auto [sender, receiver] = oneshot<started_child>();
   // Unanswered (the supervisor halted, or the send was refused): supervisor_gone.
   dynamic_supervisor_message request{

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -406,6 +407,7 @@ TEST(DynamicSupervisor, StopKillsChildrenPastTheirTimeoutAndHalts) {
 // the supervisor's timer entry is disarmed as it halts, and every actor is freed.
 TEST(DynamicSupervisor, RuntimeShutdownWithPendingDeadlinesFreesEverything) {
   const std::uint64_t cells_before = spindle::actor_system::live_cells();
+  std::optional<spindle::oneshot_receiver<terminate_result>> terminated;  // outlives the runtime
   {
     runtime rt({.workers = 2});
     dynamic_supervisor_spec spec;
@@ -415,10 +417,11 @@ TEST(DynamicSupervisor, RuntimeShutdownWithPendingDeadlinesFreesEverything) {
     auto crashing = start(sup, child_of<worker>(rt, log, restart_type::always));
     crashing.actor.as<int>().send(-1);
     std::atomic<int> stop_requests{0};
-    dynamic_child_spec spec_stubborn = child_of<stubborn>(rt, log, restart_type::always, &stop_requests);
+    dynamic_child_spec spec_stubborn =
+        child_of<stubborn>(rt, log, restart_type::always, &stop_requests);
     spec_stubborn.stop_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(3600s);
     auto held = start(sup, spec_stubborn);
-    auto terminated = sup.terminate_child(held.id);  // answered supervisor_gone at shutdown
+    terminated = sup.terminate_child(held.id);
     ASSERT_TRUE(eventually([&] { return stop_requests.load() == 1; }));
     ASSERT_TRUE(eventually([&] {
       const auto c = receive_within(sup.which_children());
@@ -426,6 +429,8 @@ TEST(DynamicSupervisor, RuntimeShutdownWithPendingDeadlinesFreesEverything) {
     }));
     log.actors.clear();
   }
+  // The supervisor halted with the terminate pending: its question still got its one answer.
+  EXPECT_EQ(receive_within(std::move(*terminated)), terminate_result::supervisor_gone);
   EXPECT_TRUE(eventually([&] { return spindle::actor_system::live_cells() == cells_before; }, 20s))
       << spindle::actor_system::live_cells() - cells_before << " cells left";
 }
@@ -475,7 +480,9 @@ TEST(DynamicSupervisor, StaticSupervisorReportsItsIntensityToo) {
   spec.limit = restart_limit::at_most(3, 5s);
   spindle::supervised_child c;
   c.name = "db";
-  c.start = [&rt](const spawn_options& o) { return actor_handle(spindle::spawn_actor<worker>(rt, o)); };
+  c.start = [&rt](const spawn_options& o) {
+    return actor_handle(spindle::spawn_actor<worker>(rt, o));
+  };
   spec.children.push_back(c);
   auto sup = spindle::spawn_supervisor(rt, std::move(spec));
   std::vector<spindle::supervisor_info> tree;

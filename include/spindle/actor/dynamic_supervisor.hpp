@@ -6,7 +6,8 @@
 //   spec.limit = spindle::restart_limit::at_most(5, std::chrono::seconds(10));
 //   spec.max_children = 1000;
 //   spindle::dynamic_supervisor sup = spindle::spawn_dynamic_supervisor(rt, spec);
-//   spindle::dynamic_child_spec child{.name = "conn", .restart = spindle::restart_type::on_crash_only,
+//   spindle::dynamic_child_spec child{.name = "conn",
+//       .restart = spindle::restart_type::on_crash_only,
 //       .start = [&](const spindle::spawn_options& o) {
 //                  return spindle::actor_handle(spindle::spawn_actor<connection>(rt, o, fd)); }};
 //   spindle::started_child c = co_await sup.start_child(child);   // or .blocking_receive()
@@ -98,7 +99,9 @@ struct restart_backoff {
 
   // The delay before restart number `consecutive` (1 for the first); saturates at max.
   std::chrono::nanoseconds delay(std::uint32_t consecutive) const noexcept;
-  static restart_backoff none() noexcept { return {std::chrono::nanoseconds(0), 1.0, std::chrono::nanoseconds(0)}; }
+  static restart_backoff none() noexcept {
+    return {std::chrono::nanoseconds(0), 1.0, std::chrono::nanoseconds(0)};
+  }
 };
 
 // One child to start.
@@ -139,7 +142,8 @@ struct dynamic_child_template {
 struct dynamic_supervisor_spec {
   restart_limit limit = restart_limit::at_most(3, std::chrono::seconds(5));
   restart_backoff backoff{};
-  std::size_t max_children = 0;  // children listed at once (backing off or stopping included); 0: no limit
+  // Children listed at once (backing off or stopping included); 0: no limit.
+  std::size_t max_children = 0;
 };
 
 using dynamic_child_id = std::uint64_t;  // unique within its supervisor, from 1
@@ -185,7 +189,8 @@ namespace dynamic_supervisor_detail {
 template <class T>
 class answer {
  public:
-  answer(oneshot_sender<T> sender, T fallback) : sender_(std::move(sender)), fallback_(std::move(fallback)) {}
+  answer(oneshot_sender<T> sender, T fallback)
+      : sender_(std::move(sender)), fallback_(std::move(fallback)) {}
   answer(answer&&) noexcept = default;
   answer& operator=(answer&&) noexcept = default;
   ~answer() {
@@ -221,7 +226,8 @@ struct timer_due {};  // from the supervisor's timer: something may be due
 }  // namespace dynamic_supervisor_detail
 
 using dynamic_supervisor_message =
-    std::variant<dynamic_supervisor_detail::start_request, dynamic_supervisor_detail::terminate_request,
+    std::variant<dynamic_supervisor_detail::start_request,
+                 dynamic_supervisor_detail::terminate_request,
                  dynamic_supervisor_detail::list_request, dynamic_supervisor_detail::stats_request,
                  dynamic_supervisor_detail::timer_due>;
 
