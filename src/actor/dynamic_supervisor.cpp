@@ -31,26 +31,8 @@ namespace {
 using namespace dynamic_supervisor_detail;
 using context = actor_context<dynamic_supervisor_message>;
 
-// The supervisor's one timer entry: when it fires (on the executor whose wheel holds it, under
-// that wheel's lock) it sends the supervisor a timer_due. The behaviour disarms it before it is
-// destroyed, and a disarm waits for a fire in progress (timer_wheel.hpp, "Locking rule"), so
-// `owner` is alive whenever fire runs.
-struct supervisor_alarm : core::timer_entry {
-  explicit supervisor_alarm(actor_detail::actor_cell& owner) noexcept
-      : core::timer_entry(&supervisor_alarm::fire), owner(&owner) {}
-  static void fire(core::timer_entry* entry) noexcept {
-    auto* self = static_cast<supervisor_alarm*>(entry);
-    try {
-      actor_detail::push_message(
-          *self->owner, actor_detail::make_user_envelope<dynamic_supervisor_message>(timer_due{}));
-    } catch (...) {
-      // Out of memory: the deadline is lost until the supervisor's next message re-arms.
-    }
-  }
-  actor_detail::actor_cell* owner;
-  core::timer_service* service = nullptr;  // where it is armed (the first executor it armed on)
-  std::optional<clock_time> armed_for;     // the deadline it is armed for (owner's view)
-};
+using supervisor_alarm =
+    supervisor_parts::supervisor_alarm<dynamic_supervisor_message, timer_due>;
 
 class dynamic_supervisor_behaviour {
  public:
@@ -61,7 +43,6 @@ class dynamic_supervisor_behaviour {
   dynamic_supervisor_behaviour(const dynamic_supervisor_behaviour&) = delete;
   dynamic_supervisor_behaviour& operator=(const dynamic_supervisor_behaviour&) = delete;
   ~dynamic_supervisor_behaviour() {
-    if (alarm_ && alarm_->service != nullptr) alarm_->service->disarm(*alarm_);
     if (system_ != nullptr) system_->remove_supervisor_record(&record_);
   }
 
@@ -190,7 +171,7 @@ class dynamic_supervisor_behaviour {
   }
 
   void handle(timer_due&, context& ctx) {
-    alarm_->armed_for.reset();  // it fired (or a stale message: re-armed below either way)
+    alarm_->fired();  // (or a stale message: re-armed below either way)
     const clock_time now = clock_.now();
     while (!deadlines_.empty() && deadlines_.top().at <= now) {
       const deadline due = deadlines_.top();
@@ -350,19 +331,11 @@ class dynamic_supervisor_behaviour {
       if (found != children_.end() && found->second.generation == top.generation) break;
       deadlines_.pop();
     }
-    supervisor_alarm& alarm = *alarm_;
     if (deadlines_.empty()) {
-      if (alarm.armed_for && alarm.service != nullptr) alarm.service->disarm(alarm);
-      alarm.armed_for.reset();
+      alarm_->disarm();
       return;
     }
-    const clock_time next = deadlines_.top().at;
-    if (alarm.armed_for == next) return;
-    if (alarm.service == nullptr) {
-      alarm.service = &ctx.system().core().executor_at(ctx.executor_index()).timers();
-    }
-    alarm.service->arm(alarm, next);
-    alarm.armed_for = next;
+    alarm_->arm(ctx.system(), ctx.executor_index(), deadlines_.top().at);
   }
 
   // The supervision tree's record of child `id` (under the system's directory lock): added,
@@ -398,7 +371,7 @@ class dynamic_supervisor_behaviour {
   dynamic_supervisor_spec spec_;
   spindle::clock& clock_;
   restart_intensity intensity_;
-  std::optional<supervisor_alarm> alarm_;  // set by on_start (it needs the cell)
+  std::optional<supervisor_alarm> alarm_;  // set by on_start (it needs the cell); disarms last
   std::map<dynamic_child_id, child_record> children_;  // by id: oldest first
   std::unordered_map<actor_id, dynamic_child_id> child_of_;
   std::priority_queue<deadline, std::vector<deadline>, std::greater<>> deadlines_;
