@@ -124,6 +124,20 @@ void write_supervisor(diagnostics::json_writer& out, const supervisor_info& s,
   out.begin_object();
   out.member("id", s.id);
   out.member("name", s.name);
+  out.member("kind", s.dynamic ? "dynamic" : "static");
+  // Restart intensity: what its restart limit is checked against.
+  out.member("restarts", s.restarts);
+  out.member("restarts_in_window", s.restarts_in_window);
+  if (s.max_restarts) {
+    out.member("max_restarts", *s.max_restarts);
+  } else {
+    out.key("max_restarts").null();
+  }
+  if (s.window) {
+    out.member("window_ms", double(s.window->count()) / 1e6);
+  } else {
+    out.key("window_ms").null();
+  }
   out.key("children").begin_array();
   for (const supervisor_info::child& c : s.children) {
     out.begin_object();
@@ -173,6 +187,14 @@ std::vector<supervisor_info> actor_system::supervision_tree() const {
     supervisor_info info;
     info.id = record->id;
     info.children = record->children;
+    info.dynamic = record->dynamic;
+    if (record->intensity) {
+      const restart_intensity& intensity = *record->intensity;
+      info.restarts = intensity.total();
+      info.restarts_in_window = intensity.within_window(intensity.clock().now());
+      if (!intensity.limit().is_unlimited()) info.max_restarts = intensity.limit().restarts();
+      info.window = intensity.limit().window();
+    }
     for (const actor_cell* cell = directory_head_; cell != nullptr; cell = cell->directory_next) {
       if (cell->id == record->id) {
         info.name = cell->name;

@@ -101,6 +101,30 @@ restart_limit restart_limit::at_most(std::size_t restarts, std::chrono::nanoseco
   return limit;
 }
 
+// --- restart_intensity -----------------------------------------------------------------------
+
+bool restart_intensity::allowed(std::optional<clock_time>& now) {
+  if (limit_.is_unlimited()) return true;
+  const auto window = limit_.window();
+  if (!window) return total_ < limit_.restarts();
+  now = clock_->now();
+  // Forget restarts that left the window: t - t' >= window.
+  while (!recent_.empty() && *now - recent_.front() >= *window) recent_.pop_front();
+  return recent_.size() < limit_.restarts();
+}
+
+void restart_intensity::record(std::optional<clock_time> now) {
+  if (now) recent_.push_back(*now);
+  ++total_;
+}
+
+std::size_t restart_intensity::within_window(clock_time now) const noexcept {
+  const auto window = limit_.window();
+  if (!window) return total_;
+  return std::size_t(std::count_if(recent_.begin(), recent_.end(),
+                                   [&](clock_time t) { return now - t < *window; }));
+}
+
 // --- supervision_plan: construction ----------------------------------------------------------
 
 supervision_plan supervision_plan::create(std::vector<child_spec> children, restart_pattern pattern,
@@ -114,8 +138,7 @@ supervision_plan::supervision_plan(std::vector<child_spec> children, restart_pat
     : children_(std::move(children)),
       dependents_(children_.size()),
       pattern_(pattern),
-      limit_(limit),
-      clock_(&clock),
+      intensity_(limit, clock),
       present_(children_.size(), true),
       running_(children_.size(), true) {
   const std::size_t count = children_.size();
@@ -203,23 +226,6 @@ std::vector<bool> supervision_plan::pattern_set(std::size_t child) const {
   return in_set;
 }
 
-bool supervision_plan::restart_allowed(std::optional<clock_time>& now) {
-  if (limit_.is_unlimited()) return true;
-  const auto window = limit_.window();
-  if (!window) return restart_count_ < limit_.restarts();
-  now = clock_->now();
-  // Forget restarts that left the window: t - t' >= window.
-  while (!recent_restarts_.empty() && *now - recent_restarts_.front() >= *window) {
-    recent_restarts_.pop_front();
-  }
-  return recent_restarts_.size() < limit_.restarts();
-}
-
-void supervision_plan::record_restart(std::optional<clock_time> now) {
-  if (now) recent_restarts_.push_back(*now);
-  ++restart_count_;
-}
-
 restart_decision supervision_plan::on_child_exit(std::size_t child, child_outcome outcome) {
   if (halted_) {
     throw usage_error(
@@ -242,7 +248,7 @@ restart_decision supervision_plan::on_child_exit(std::size_t child, child_outcom
   }
 
   std::optional<clock_time> now;
-  if (!restart_allowed(now)) {
+  if (!intensity_.allowed(now)) {
     for (std::size_t i : stop_order_) {
       if (running_[i] && i != child) decision.stop.push_back(i);
     }
@@ -263,7 +269,7 @@ restart_decision supervision_plan::on_child_exit(std::size_t child, child_outcom
   for (std::size_t i : start_order_) {
     if (affected[i] && children_[i].restart != restart_type::never) decision.start.push_back(i);
   }
-  record_restart(now);  // the last step that may throw (allocation): state changes follow
+  intensity_.record(now);  // the last step that may throw (allocation): state changes follow
   for (std::size_t i : decision.removed) {
     present_[i] = false;
     running_[i] = false;

@@ -12,6 +12,7 @@
 #include "spindle/core/runtime_core.hpp"
 #include "spindle/task/runtime.hpp"
 #include "spindle/time/sleep.hpp"
+#include "supervisor_parts.hpp"
 
 namespace spindle {
 namespace {
@@ -31,12 +32,14 @@ class supervisor_behaviour {
   }
 
   void on_start(context& ctx) {
+    stop_alarm_.emplace(*ctx.self().cell());
     // Diagnostics: the supervision tree lists this supervisor and its children from now on.
     record_.id = ctx.id();
     record_.children.resize(spec_.children.size());
     for (std::size_t i = 0; i < spec_.children.size(); ++i) {
       record_.children[i].name = spec_.children[i].name;
     }
+    record_.intensity = plan_.intensity();
     system_ = current_actor_system();
     if (system_ != nullptr) system_->add_supervisor_record(&record_);
     for (std::size_t child : plan_.start_order()) start_child(child, ctx);
@@ -50,12 +53,15 @@ class supervisor_behaviour {
       run(ctx);
       return;
     }
-    if (auto* timed_out = std::get_if<supervisor_stop_timed_out>(&message)) {
-      // Still waiting for that stop: the child had its time; kill is untrappable.
-      if (awaiting_stop_ == timed_out->child && timed_out->stop == stops_sent_ &&
-          children_[timed_out->child]) {
-        children_[timed_out->child].kill();
+    if (std::holds_alternative<supervisor_stop_timed_out>(message)) {
+      stop_alarm_->fired();
+      if (!awaiting_stop_ || !children_[*awaiting_stop_]) return;  // down meanwhile
+      if (ctx.system().core().clock().now() < stop_deadline_) {
+        // A stale fire (of an earlier stop's deadline): wait for this one's.
+        stop_alarm_->arm(ctx.system(), ctx.executor_index(), stop_deadline_);
+        return;
       }
+      children_[*awaiting_stop_].kill();  // it had its time; kill is untrappable
       return;
     }
     auto& query = std::get<supervisor_query>(message);
@@ -72,10 +78,7 @@ class supervisor_behaviour {
     note_child(child, 0);
     if (awaiting_stop_ == child) {
       awaiting_stop_.reset();
-      if (stop_timer_.valid()) {
-        stop_timer_.cancel();  // it would find nothing to kill; let it end now
-        stop_timer_ = join_handle<void>{};
-      }
+      stop_alarm_->disarm();  // it would find nothing to kill
     } else if (!stopping_) {
       // Graceful ends (normal, or a shutdown someone else asked for) are normal outcomes.
       const bool graceful =
@@ -133,7 +136,10 @@ class supervisor_behaviour {
       exits_.pop_front();
       const std::size_t restarts_before = plan_.restart_count();
       decide(child, outcome);
-      ctx.system().count_restarts(plan_.restart_count() - restarts_before);
+      if (plan_.restart_count() != restarts_before) {
+        ctx.system().count_restarts(plan_.restart_count() - restarts_before);
+        supervisor_parts::publish_intensity(system_, record_, plan_.intensity());
+      }
     }
   }
 
@@ -157,7 +163,6 @@ class supervisor_behaviour {
         if (queued != exits_.end()) exits_.erase(queued);
         if (!children_[a.child]) return;
         awaiting_stop_ = a.child;
-        ++stops_sent_;
         send_stop(a.child, ctx);
         return;
       }
@@ -178,10 +183,9 @@ class supervisor_behaviour {
 
   void start_child(std::size_t child, context& ctx) {
     try {
-      spawn_options options = resolve(spec_.children[child].placement);
-      options.name = spec_.children[child].name;  // diagnostics: named after its spec
-      options.supervisor = ctx.id();
-      options.restarts = starts_[child];
+      // Named after its spec (diagnostics).
+      const spawn_options options = supervisor_parts::child_options(
+          spec_.children[child].placement, spec_.children[child].name, ctx.id(), starts_[child]);
       actor_handle handle = spec_.children[child].start(options);
       if (!handle) throw usage_error("spindle: a supervisor's child factory returned no actor");
       if (child_of_.contains(handle.id())) {
@@ -199,10 +203,7 @@ class supervisor_behaviour {
       child_of_[handle.id()] = child;
       // Diagnostics: which supervisor started it, and how many times its slot restarted (again
       // here: a factory may have ignored the options).
-      const std::uint32_t restarts = starts_[child]++;
-      // relaxed: read by snapshots, each value whole.
-      handle.cell()->supervisor.store(ctx.id(), std::memory_order_relaxed);
-      handle.cell()->restarts.store(restarts, std::memory_order_relaxed);
+      supervisor_parts::mark_child(handle, ctx.id(), starts_[child]++);
       note_child(child, handle.id());
       children_[child] = std::move(handle);
     } catch (const runtime_stopped&) {
@@ -222,28 +223,13 @@ class supervisor_behaviour {
       return;
     }
     children_[child].stop(exit_kind::shutdown);
-    try {
-      stop_timer_ = spindle::spawn(stop_timer(ctx.self(), child, stops_sent_, timeout));
-    } catch (...) {
-      children_[child].kill();  // no timer (out of memory, runtime stopping): no wait either
+    if (timeout == std::chrono::milliseconds::max()) {
+      stop_deadline_ = clock_time::max();  // never killed (a stale fire finds nothing due)
+      return;
     }
-  }
-
-  static task<void> stop_timer(supervisor_ref self, std::size_t child, std::uint64_t stop,
-                               std::chrono::milliseconds timeout) {
-    co_await sleep_for(timeout);
-    supervisor_message timed_out{supervisor_stop_timed_out{child, stop}};  // named: g++ 12
-    self.send(std::move(timed_out));
-  }
-
-  static spawn_options resolve(const child_placement& placement) {
-    spawn_options options;
-    options.domain = domain_of(placement);
-    if (placement.where == child_placement::kind::executor) {
-      options.executor = placement.value;
-      options.pinned = true;
-    }
-    return options;
+    stop_deadline_ = detail::saturating_add(ctx.system().core().clock().now(),
+                                            detail::to_clock_duration(timeout));
+    stop_alarm_->arm(ctx.system(), ctx.executor_index(), stop_deadline_);
   }
 
   // The supervision tree's record of a child (under the system's directory lock).
@@ -267,8 +253,11 @@ class supervisor_behaviour {
   std::deque<action> actions_;
   std::deque<std::pair<std::size_t, child_outcome>> exits_;
   std::optional<std::size_t> awaiting_stop_;
-  std::uint64_t stops_sent_ = 0;  // numbers the stop requests (a late timer finds a newer one)
-  join_handle<void> stop_timer_;  // of the stop awaited, if it has one
+  // The stop awaited is killed at stop_deadline_: one timer entry, re-armed per stop (a fire of
+  // an earlier stop's deadline finds a later one and re-arms). Set by on_start.
+  std::optional<supervisor_parts::supervisor_alarm<supervisor_message, supervisor_stop_timed_out>>
+      stop_alarm_;
+  clock_time stop_deadline_{};
   bool stopping_ = false;         // a stop request came: stop the children, then halt
   bool halting_ = false;          // ctx.stop called: nothing more to do
   exit_kind stop_reason_ = exit_kind::normal;

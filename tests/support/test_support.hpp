@@ -70,6 +70,17 @@ T join_bounded(spindle::join_handle<T>&& h,
   return h.join();
 }
 
+// Receives a oneshot's value on a plain thread, throwing instead of hanging when it has not come
+// within `limit` (blocking_receive has no bound).
+template <class T>
+T receive_within(spindle::oneshot_receiver<T> rx,
+                 std::chrono::steady_clock::duration limit = std::chrono::seconds(20)) {
+  if (!eventually([&rx] { return rx.is_ready(); }, limit)) {
+    throw std::runtime_error("no answer within the bound (a lost reply?)");
+  }
+  return rx.blocking_receive();
+}
+
 // Polls `condition()` from a plain thread (yielding) until it holds, without a deadline.
 template <class Condition>
 void spin_until(Condition condition) {

@@ -114,10 +114,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "spindle/actor/actor_cell.hpp"
+#include "spindle/actor/supervision_plan.hpp"
 #include "spindle/diagnostics/registry.hpp"
 #include "spindle/core/atomic.hpp"
 #include "spindle/core/intrusive_list.hpp"
@@ -343,6 +345,14 @@ struct supervisor_info {
     bool running = false;
   };
   std::vector<child> children;
+  // Restart intensity (what its restart_limit is checked against): restarts performed so far,
+  // those within the limit's window now (all of them when it has no window), and the limit
+  // (max_restarts empty: unlimited; window empty: over the supervisor's lifetime).
+  bool dynamic = false;  // a dynamic_supervisor (children started at run time)
+  std::uint64_t restarts = 0;
+  std::uint64_t restarts_in_window = 0;
+  std::optional<std::uint64_t> max_restarts;
+  std::optional<std::chrono::nanoseconds> window;
 };
 
 namespace actor_detail {
@@ -351,6 +361,10 @@ namespace actor_detail {
 struct supervisor_record {
   actor_id id = 0;
   std::vector<supervisor_info::child> children;
+  bool dynamic = false;
+  // A copy of the supervisor's restart history as of its last restart (snapshots count the
+  // restarts still within the window at the time they are taken).
+  std::optional<restart_intensity> intensity;
 };
 }  // namespace actor_detail
 

@@ -107,6 +107,34 @@ class restart_limit {
   std::optional<std::chrono::nanoseconds> window_;
 };
 
+// A restart_limit applied over time: the restarts it still allows. Shared by supervision_plan
+// and dynamic_supervisor (dynamic_supervisor.hpp), and copied into a supervisor's diagnostics
+// record so snapshots report the current intensity. Single-threaded; copyable (the clock is
+// referenced, and must outlive every copy).
+class restart_intensity {
+ public:
+  restart_intensity(restart_limit limit, spindle::clock& clock) noexcept
+      : limit_(limit), clock_(&clock) {}
+
+  // Whether the limit allows one more restart now (the window's old restarts are forgotten);
+  // `now` is set when the clock was read (windowed limits only). Then record(now) counts it.
+  bool allowed(std::optional<clock_time>& now);
+  void record(std::optional<clock_time> now);
+  // Restarts recorded so far.
+  std::size_t total() const noexcept { return total_; }
+  // The current intensity: restarts recorded at times t with now - t < window (every restart
+  // when the limit has no window).
+  std::size_t within_window(clock_time now) const noexcept;
+  const restart_limit& limit() const noexcept { return limit_; }
+  spindle::clock& clock() const noexcept { return *clock_; }
+
+ private:
+  restart_limit limit_;
+  spindle::clock* clock_;
+  std::deque<clock_time> recent_;  // windowed limits only: restart times within the window
+  std::size_t total_ = 0;
+};
+
 // What the supervisor must do after a child ended. Carried out in this order: stop `stop` (in
 // the order given), forget `removed`, start `start` (in the order given); or, when `escalate`,
 // stop `stop`, halt and report the failure to its own supervisor.
@@ -132,7 +160,7 @@ class supervision_plan {
   const child_spec& child(std::size_t index) const;  // usage_error when out of range
   std::optional<std::size_t> index_of(std::string_view name) const noexcept;
   restart_pattern pattern() const noexcept { return pattern_; }
-  const restart_limit& limit() const noexcept { return limit_; }
+  const restart_limit& limit() const noexcept { return intensity_.limit(); }
 
   // Every child, dependencies first (ties: smallest index first); and the exact reverse.
   const std::vector<std::size_t>& start_order() const noexcept { return start_order_; }
@@ -148,7 +176,9 @@ class supervision_plan {
   bool is_present(std::size_t child) const;
   bool is_running(std::size_t child) const;
   // Restarts performed so far (escalations excluded).
-  std::size_t restart_count() const noexcept { return restart_count_; }
+  std::size_t restart_count() const noexcept { return intensity_.total(); }
+  // The restart history the limit is checked against (diagnostics: the current intensity).
+  const restart_intensity& intensity() const noexcept { return intensity_; }
   // True once a decision escalated.
   bool halted() const noexcept { return halted_; }
 
@@ -159,21 +189,15 @@ class supervision_plan {
   void check_index(std::size_t child, const char* operation) const;
   // The pattern's set for `child` on the declared graph, as a flag per child.
   std::vector<bool> pattern_set(std::size_t child) const;
-  // Whether the limit allows one more restart now; `now` is set when the clock was read.
-  bool restart_allowed(std::optional<clock_time>& now);
-  void record_restart(std::optional<clock_time> now);
 
   std::vector<child_spec> children_;
   std::vector<std::vector<std::size_t>> dependents_;  // dependents_[i]: children depending on i
   restart_pattern pattern_;
-  restart_limit limit_;
-  spindle::clock* clock_;
+  restart_intensity intensity_;
   std::vector<std::size_t> start_order_;
   std::vector<std::size_t> stop_order_;
   std::vector<bool> present_;
   std::vector<bool> running_;
-  std::deque<clock_time> recent_restarts_;  // windowed limits only: restart times within the window
-  std::size_t restart_count_ = 0;
   bool halted_ = false;
 };
 

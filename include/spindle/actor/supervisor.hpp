@@ -25,7 +25,8 @@
 // its running children in reverse start order (the plan's stop order), one at a time, each
 // stop sent once the child before is down, then halts with the reason it was asked for. A
 // child gets `stop_timeout` to be down after its stop request; then it is killed (so one child
-// that never stops cannot hang the supervisor, nor whoever waits for it). Giving up (the
+// that never stops cannot hang the supervisor, nor whoever waits for it; the deadline is on the
+// supervisor's one timer entry, no task waits). Giving up (the
 // restart limit reached) stops the children the same way before the supervisor crashes with
 // supervisor_escalation, and is reported first through the actor system's supervisor failure
 // hook (the default writes a line to stderr; actor_system::set_supervisor_failure_hook), so a
@@ -106,11 +107,9 @@ struct supervisor_query {
 struct supervisor_child_start_failed {
   std::size_t child;
 };
-// What a supervisor's stop timer sends it: stop number `stop` (of child `child`) timed out.
-struct supervisor_stop_timed_out {
-  std::size_t child;
-  std::uint64_t stop;
-};
+// What a supervisor's stop timer sends it: the stop it awaits may have timed out (its one timer
+// entry fired; supervisor_parts.hpp).
+struct supervisor_stop_timed_out {};
 using supervisor_message =
     std::variant<supervisor_query, supervisor_child_start_failed, supervisor_stop_timed_out>;
 using supervisor_ref = actor_ref<supervisor_message>;
