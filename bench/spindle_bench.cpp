@@ -342,11 +342,13 @@ struct pong_actor {
   }
 };
 
-measurement run_pingpong(long trips, int threads) {
+// One pingpong run of N round trips between a ping_actor and a pong behaviour `Pong`.
+template <class Pong>
+measurement run_pingpong_with(long trips, int threads) {
   spindle::runtime rt(bench_options(threads));
   auto once = [&](long n) {
     return run_actor_program(rt, [n](std::promise<long>& done) {
-      auto pong = spindle::spawn_actor_here<pong_actor>({});
+      auto pong = spindle::spawn_actor_here<Pong>({});
       auto ping = spindle::spawn_actor_here<ping_actor>({}, n, &done, pong);
       pong.send(ping);
       ping.send(0);
@@ -356,6 +358,10 @@ measurement run_pingpong(long trips, int threads) {
   const auto start = bench_clock::now();
   const long result = once(trips);
   return {seconds_since(start), result, trips};
+}
+
+measurement run_pingpong(long trips, int threads) {
+  return run_pingpong_with<pong_actor>(trips, threads);
 }
 
 // pingpong-await: pingpong whose pong handler is a coroutine (actor_await.hpp), answering
@@ -374,19 +380,7 @@ struct awaiting_pong_actor {
 };
 
 measurement run_pingpong_await(long trips, int threads) {
-  spindle::runtime rt(bench_options(threads));
-  auto once = [&](long n) {
-    return run_actor_program(rt, [n](std::promise<long>& done) {
-      auto pong = spindle::spawn_actor_here<awaiting_pong_actor>({});
-      auto ping = spindle::spawn_actor_here<ping_actor>({}, n, &done, pong);
-      pong.send(ping);
-      ping.send(0);
-    });
-  };
-  once(trips / 10);
-  const auto start = bench_clock::now();
-  const long result = once(trips);
-  return {seconds_since(start), result, trips};
+  return run_pingpong_with<awaiting_pong_actor>(trips, threads);
 }
 
 // ring: 1,000 actors in a ring pass one token N hops.
