@@ -107,7 +107,9 @@ TEST(LocalQueue, PushOldestFillsToCapacityThenOverflows) {
   for (int i = 3; i >= 0; --i) EXPECT_EQ(q.pop_oldest(), &v[i]);
 }
 
-TEST(LocalQueue, FullRingMovesOldestHalfPlusItemToOverflow) {
+// The pushed item stays in the ring (issue 13's attack: a task woken beside yielders that kept
+// the ring full went to the back of the injector with the half).
+TEST(LocalQueue, FullRingMovesOldestHalfToOverflowAndKeepsTheItem) {
   constexpr std::uint32_t cap = 8;
   int v[cap + 1] = {};
   local_queue<int, cap> q;
@@ -116,13 +118,13 @@ TEST(LocalQueue, FullRingMovesOldestHalfPlusItemToOverflow) {
   EXPECT_TRUE(s.items.empty());
   EXPECT_EQ(q.size(), cap);
   const std::uint32_t after = q.push(&v[cap], s);
-  EXPECT_EQ(after, cap / 2);
-  EXPECT_EQ(q.size(), cap / 2);
+  EXPECT_EQ(after, cap / 2 + 1);
+  EXPECT_EQ(q.size(), cap / 2 + 1);
   ASSERT_EQ(s.batches.size(), 1u);
-  EXPECT_EQ(s.batches[0], cap / 2 + 1);
-  ASSERT_EQ(s.items.size(), cap / 2 + 1);
+  EXPECT_EQ(s.batches[0], cap / 2);
+  ASSERT_EQ(s.items.size(), cap / 2);
   for (std::uint32_t i = 0; i < cap / 2; ++i) EXPECT_EQ(s.items[i], &v[i]) << i;  // oldest half, in order
-  EXPECT_EQ(s.items[cap / 2], &v[cap]);                                          // then the new item
+  EXPECT_EQ(q.pop(), &v[cap]);  // the new item, at the newest end
   for (std::uint32_t i = cap; i-- > cap / 2;) EXPECT_EQ(q.pop(), &v[i]);
   EXPECT_TRUE(q.empty());
 }

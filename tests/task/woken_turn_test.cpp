@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "spindle/spindle.hpp"
@@ -158,5 +159,35 @@ TEST_P(WokenTurnBesideYielders, TheTurnGoesToTheWokenTaskNotToAYielderBelowIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, WokenTurnBesideYielders, ::testing::Values(1u, 2u));
+
+task<void> yield_until_told(std::atomic<bool>& stop, std::atomic<long>& yields) {
+  while (!stop.load(std::memory_order_relaxed)) {
+    yields.fetch_add(1, std::memory_order_relaxed);
+    co_await spindle::yield_now();
+  }
+}
+
+// 20,000 tasks that only yield, spawned from outside, keep every local ring full: a woken ticker
+// pushed onto a full ring went to the back of the injector with the half the ring gave up
+// (local_queue.hpp, push), and got 20-44 ticks in 3 s on 2 workers (the attack on the installed
+// package). The pushed item now stays in the ring. A bound per elapsed time (there is no
+// fork-join to count): at least one tick per 20 ms of the 500 ms measured.
+TEST(WokenTurnBesideManyYielders, AWokenTaskIsNotOverflowedBehindTheYielders) {
+  spindle::runtime rt({.workers = 2});
+  constexpr int yielders = 20000;
+  std::atomic<bool> stop{false};
+  std::atomic<long> yields{0};
+  std::vector<spindle::join_handle<void>> loops;
+  for (int i = 0; i < yielders; ++i) loops.push_back(rt.spawn(yield_until_told(stop, yields)));
+  // Every yielder has run at least once on average: the rings are full.
+  ASSERT_TRUE(spindle::testing::eventually([&] { return yields.load() >= 2L * yielders; }, 30s));
+  const tick_report report = ticks_during(rt, [] {
+    const auto end = std::chrono::steady_clock::now() + 500ms;
+    while (std::chrono::steady_clock::now() < end) std::this_thread::yield();  // the stretch measured
+  });
+  stop.store(true);
+  for (auto& loop : loops) join_bounded(std::move(loop), 30s);
+  EXPECT_GE(report.ticks, int(report.elapsed_ms / 20)) << report.elapsed_ms << " ms";
+}
 
 }  // namespace

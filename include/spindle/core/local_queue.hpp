@@ -73,9 +73,12 @@ class local_queue {
   local_queue(const local_queue&) = delete;
   local_queue& operator=(const local_queue&) = delete;
 
-  // Owner. Puts `item` at the newest end. If the ring is full, moves the oldest half of it plus
-  // `item` out through overflow(T** items, uint32_t count) (the executor hands them to the
-  // global injector as one batch). Returns the number of items queued afterwards.
+  // Owner. Puts `item` at the newest end. If the ring is full, first moves the oldest half of it
+  // out through overflow(T** items, uint32_t count) (the executor hands them to the global
+  // injector as one batch), then queues `item`: the item pushed stays here, where its
+  // executor's woken-task turn can find it (a task woken beside yielders that kept the ring
+  // full went to the back of the injector with the half, and waited 150-230 ms behind 20,000
+  // of them). Returns the number of items queued afterwards.
   template <class Overflow>
   std::uint32_t push(T* item, Overflow&& overflow) {
     // acquire: pairs with the thief's release of `steal`: cells it copied are free again (Q2).
@@ -101,7 +104,11 @@ class local_queue {
         overflow(single, 1);
         return distance(p.real, p.tail);
       }
-      if (move_half_to_overflow(word, item, overflow)) return distance(p.real, p.tail) - Capacity / 2;
+      if (move_half_to_overflow(word, overflow)) {
+        // acquire: as the initial load (the word moved: our own claim, and any thief's).
+        word = positions_.load(std::memory_order_acquire);
+        continue;  // room for the item now
+      }
     }
   }
 
@@ -264,9 +271,9 @@ class local_queue {
     }
   }
 
-  // Owner, ring full and no theft in flight: moves the oldest half plus `item` to overflow.
+  // Owner, ring full and no theft in flight: moves the oldest half to overflow.
   template <class Overflow>
-  bool move_half_to_overflow(std::uint64_t& word, T* item, Overflow& overflow) {
+  bool move_half_to_overflow(std::uint64_t& word, Overflow& overflow) {
     constexpr std::uint32_t taken = Capacity / 2;
     const unpacked p = unpack(word);
     const std::uint16_t next_real = std::uint16_t(p.real + taken);
@@ -275,12 +282,11 @@ class local_queue {
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
       return false;
     }
-    T* batch[taken + 1];
+    T* batch[taken];
     for (std::uint32_t i = 0; i < taken; ++i) {
       batch[i] = cells_[(p.real + i) & mask].load(std::memory_order_relaxed);  // relaxed: ours
     }
-    batch[taken] = item;
-    overflow(batch, taken + 1);
+    overflow(batch, taken);
     return true;
   }
 
