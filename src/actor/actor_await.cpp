@@ -2,6 +2,8 @@
 #include "spindle/actor/actor_await.hpp"
 
 #include <memory>
+#include <optional>
+#include <stop_token>
 #include <utility>
 
 #include "spindle/actor/actor_scheduler.hpp"
@@ -36,6 +38,8 @@ class awaiting_claim {
     if (cell_ != nullptr) cell_->release();
   }
 
+  actor_cell& cell() const noexcept { return *cell_; }
+
   // Step 3: the handler ended (its frame is gone). The cell is alive: our reference.
   void hand_back(std::exception_ptr crash) noexcept {
     destroy_message_(std::exchange(message_, nullptr));
@@ -55,11 +59,32 @@ class awaiting_claim {
   void (*destroy_message_)(envelope*) noexcept;
 };
 
+// Cancels the running wrapper's task (a kill: cancel_awaiting_handler). The task is alive for
+// every call: the callback is a local of its frame, and std::stop_callback's destructor waits
+// for a call in progress on another thread.
+struct cancel_task {
+  detail::spawned_task_base* task;
+  void operator()() const noexcept { task->request_cancel(); }
+};
+
+// Links the cell's handler_stop to the running task; an already stopped source, or a kill the
+// source was made too late to see, cancels it at once (its next await throws task_cancelled).
+void kill_on_request(actor_cell& cell, std::optional<std::stop_callback<cancel_task>>& link) {
+  detail::spawned_task_base* self = detail::spawned_task_base::current();
+  // seq_cst (both): the pairing in start_awaiting_handler / cancel_awaiting_handler.
+  if (std::stop_source* stop = cell.handler_stop.load(std::memory_order_seq_cst)) {
+    link.emplace(stop->get_token(), cancel_task{self});
+  }
+  if (cell.kill_requested.load(std::memory_order_seq_cst)) self->request_cancel();
+}
+
 // Parameters are destroyed in reverse order: the handler's frame (which may refer to the
 // message) before the claim that destroys the envelope.
 task<void> run_awaiting_handler(awaiting_claim claim, task<void> handler) {
   std::exception_ptr crash;
   {
+    std::optional<std::stop_callback<cancel_task>> on_kill;
+    kill_on_request(claim.cell(), on_kill);
     task<void> body = std::move(handler);  // a local: gone before hand_back
     try {
       co_await std::move(body);
@@ -87,6 +112,17 @@ std::exception_ptr start_awaiting_handler(actor_cell& cell) noexcept {
   std::unique_ptr<task<void>> prepared(
       static_cast<task<void>*>(std::exchange(cell.awaiting_start, nullptr)));
   try {
+    // relaxed: the owner's own field (only the owner stores it).
+    std::stop_source* stop = cell.handler_stop.load(std::memory_order_relaxed);
+    if (stop == nullptr) {
+      stop = new std::stop_source();
+      // seq_cst: Dekker with cancel_awaiting_handler (its kill_requested store, then its load
+      // of this): either it sees the source and stops it, or the wrapper, which starts after
+      // this store, sees its kill (kill_on_request).
+      cell.handler_stop.store(stop, std::memory_order_seq_cst);
+    }
+    // Not spawn(body, token): a task cancelled before it starts never runs, and this one
+    // must run to hand the actor back. The wrapper links the token to itself once running.
     spawn(std::move(*prepared)).detach();
     return nullptr;
   } catch (...) {
@@ -94,6 +130,16 @@ std::exception_ptr start_awaiting_handler(actor_cell& cell) noexcept {
     // reference back through its claim; the caller halts the actor.
     cell.awaiting_handler = false;
     return std::current_exception();
+  }
+}
+
+void cancel_awaiting_handler(actor_cell& cell) noexcept {
+  // seq_cst: see start_awaiting_handler (Dekker on kill_requested / handler_stop).
+  cell.kill_requested.store(true, std::memory_order_seq_cst);
+  // The caller holds a reference: the source, freed with the cell, is alive. Stopping it
+  // cancels the handler in progress, if any; a later one starts cancelled (the check above).
+  if (std::stop_source* stop = cell.handler_stop.load(std::memory_order_seq_cst)) {
+    stop->request_stop();
   }
 }
 

@@ -81,6 +81,7 @@ void actor_cell::release() noexcept {
     if (actor_links* l = links.load(std::memory_order_acquire)) delete l;  // acquire: its CAS
     // acquire: its CAS. Every timer holds a reference on the cell: none is left to use it.
     if (timer_registry* t = timers.load(std::memory_order_acquire)) destroy_timer_registry(t);
+    delete handler_stop.load(std::memory_order_acquire);  // acquire: the owner's publication
     vtable->free_cell(*this);
   }
 }

@@ -276,6 +276,15 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
   // any queued message. One flag per run, not per message.
   if (cell->handler_ended) [[unlikely]] {
     cell->handler_ended = false;
+    // A kill sent while it awaited: at once, not after the messages taken before it, and
+    // before the task_cancelled its handler unwound with (not a crash: the kill's doing).
+    // relaxed: kill() stored it before cancelling the handler; one it misses is found when
+    // the mailbox is next taken.
+    if (cell->kill_requested.load(std::memory_order_relaxed)) {
+      cell->handler_crash = nullptr;
+      halt(cell, exit_reason{exit_kind::killed, {}}, true);
+      return;
+    }
     if (cell->handler_crash) {
       halt(cell, exit_reason{exit_kind::crashed, std::exchange(cell->handler_crash, nullptr)},
            true);
@@ -283,12 +292,6 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     }
     if (cell->stop_requested) {
       halt(cell, std::move(cell->halt_reason), true);
-      return;
-    }
-    // A kill sent while it awaited: at once, not after the messages taken before it.
-    // relaxed: a hint (kill()); a kill it misses is found when the mailbox is next taken.
-    if (cell->kill_requested.load(std::memory_order_relaxed)) {
-      halt(cell, exit_reason{exit_kind::killed, {}}, true);
       return;
     }
   }

@@ -148,24 +148,67 @@ struct waits_for_event {
   void on_stop(const spindle::exit_reason&) { stopped->store(true); }
 };
 
-TEST(ActorAwait, AKillWaitsForTheHandlerAndNothingQueuedIsHandled) {
+// A kill cancels the handler in progress (its await throws task_cancelled) and halts the actor,
+// killed, before anything queued. Before, it waited for the handler to end: a child stuck in a
+// handler hung its supervisor's stop past the stop timeout (the attack on the installed package).
+TEST(ActorAwait, AKillCancelsTheHandlerAndNothingQueuedIsHandled) {
   runtime rt({.workers = 2});
-  spindle::event go;
+  spindle::event never;
   std::atomic<int> handled{0};
   std::atomic<bool> stopped{false};
-  auto ref = spawn_actor<waits_for_event>(rt, &go, &handled, &stopped);
+  auto ref = spawn_actor<waits_for_event>(rt, &never, &handled, &stopped);
   auto down = spindle::monitor_actor(ref);
   ref.send(1);
   ref.send(2);
   // The handler is suspended on the event: the actor stays Running, the next message waits.
   ASSERT_TRUE(eventually([&] { return ref.state() == actor_state::running; }));
   ref.kill();
-  EXPECT_EQ(handled.load(), 0);
-  EXPECT_FALSE(stopped.load());
-  go.set();
   EXPECT_EQ(down.blocking_receive().kind, exit_kind::killed);
-  EXPECT_EQ(handled.load(), 1);  // the handler in progress ended; message 2 was not handled
+  EXPECT_EQ(handled.load(), 0);  // the handler unwound at its await; message 2 never handled
   EXPECT_TRUE(stopped.load());
+}
+
+// A supervisor stopping a child whose handler never ends kills it after the stop timeout
+// (supervisor.hpp: "one child that never stops cannot hang the supervisor"); before, the kill
+// waited for the handler and the supervisor never halted.
+TEST(ActorAwait, ASupervisorStopsAChildStuckInAHandler) {
+  runtime rt({.workers = 2});
+  spindle::event never;
+  std::atomic<int> handled{0};
+  std::atomic<bool> stopped{false};
+  spindle::actor_ref<int> child;
+  std::atomic<bool> started{false};
+  spindle::supervisor_spec spec;
+  spec.children.push_back({.name = "stuck",
+                           .stop_timeout = std::chrono::milliseconds(50),
+                           .start = [&](const spindle::spawn_options& o) {
+                             child = spawn_actor<waits_for_event>(rt, o, &never, &handled, &stopped);
+                             started = true;
+                             return spindle::actor_handle(child);
+                           }});
+  auto supervisor = spindle::spawn_supervisor(rt, std::move(spec));
+  ASSERT_TRUE(eventually([&] { return started.load(); }));
+  child.send(1);
+  ASSERT_TRUE(eventually([&] { return child.state() == actor_state::running; }));
+  auto down = spindle::monitor_actor(supervisor);
+  supervisor.stop();
+  ASSERT_TRUE(eventually([&] { return supervisor.state() == actor_state::halted; }, 10s))
+      << "the supervisor did not halt: its stuck child was never killed";
+  EXPECT_EQ(child.state(), actor_state::halted);
+  EXPECT_TRUE(stopped.load());
+}
+
+// A function actor whose function returns task<void> awaits like a behaviour's receive (it was
+// silently never run: the lazy task was dropped).
+TEST(ActorAwait, AFunctionActorReturningATaskAwaits) {
+  runtime rt({.workers = 2});
+  std::atomic<int> handled{0};
+  auto ref = spawn_actor<int>(rt, [&handled](int& n) -> spindle::task<void> {
+    co_await spindle::yield_now();
+    handled.fetch_add(n);
+  });
+  for (int i = 1; i <= 10; ++i) ref.send(i);
+  ASSERT_TRUE(eventually([&] { return handled.load() == 55; }, 10s)) << handled.load();
 }
 
 TEST(ActorAwait, ShutdownWithAHandlerSuspendedForeverFreesEverything) {

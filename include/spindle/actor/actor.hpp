@@ -138,9 +138,7 @@ class actor_handle {
   // Halts the actor at its next run, whatever is queued (untrappable).
   void kill() const {
     actor_detail::actor_cell& cell = target();  // first: nothing is allocated for an empty one
-    // relaxed: a hint for an actor back from an awaiting handler; the kill envelope below is
-    // what halts it in every case.
-    cell.kill_requested.store(true, std::memory_order_relaxed);
+    actor_detail::cancel_awaiting_handler(cell);  // first: a handler may never end otherwise
     actor_detail::push_system_message(
         cell, new actor_detail::notification_envelope(actor_detail::envelope_kind::kill, 0, 0,
                                                         exit_reason{exit_kind::killed, {}}));
@@ -497,7 +495,11 @@ struct typed_cell final : actor_cell {
             return b.receive(m);
           }
         };
-        if constexpr (std::is_same_v<decltype(receive(context)), task<void>>) {
+        using result = std::remove_cvref_t<decltype(receive(context))>;
+        static_assert(std::is_same_v<result, task<void>> || !is_task<result>,
+                      "spindle: an awaiting receive must return task<void> (its result would "
+                      "be dropped, and the coroutine never run)");
+        if constexpr (std::is_same_v<result, task<void>>) {
           // A handler that awaits (actor_await.hpp): its task gets the cell's own context,
           // which lives as long as the cell (the task holds a reference to it).
           prepare_awaiting_handler(base, message, receive(self.handler_context));
@@ -507,7 +509,11 @@ struct typed_cell final : actor_cell {
         break;
       }
       case envelope_kind::start:
-        if constexpr (requires { b.on_start(context); }) b.on_start(context);
+        if constexpr (requires { b.on_start(context); }) {
+          static_assert(!is_task<std::remove_cvref_t<decltype(b.on_start(context))>>,
+                        "spindle: on_start cannot be a coroutine (only receive may await)");
+          b.on_start(context);
+        }
         break;
       case envelope_kind::stop:
         if constexpr (requires(const exit_reason& r) { b.on_stop_request(r, context); }) {
@@ -518,6 +524,8 @@ struct typed_cell final : actor_cell {
         if constexpr (requires(down_message d) { b.on_down(d, context); }) {
           auto& note = static_cast<notification_envelope&>(message);
           down_message d{note.source, note.monitor_id, note.reason};
+          static_assert(!is_task<std::remove_cvref_t<decltype(b.on_down(d, context))>>,
+                        "spindle: on_down cannot be a coroutine (only receive may await)");
           b.on_down(d, context);
         }
         break;
@@ -525,6 +533,8 @@ struct typed_cell final : actor_cell {
         if constexpr (requires(exit_message x) { b.on_exit(x, context); }) {
           auto& note = static_cast<notification_envelope&>(message);
           exit_message x{note.source, note.reason};
+          static_assert(!is_task<std::remove_cvref_t<decltype(b.on_exit(x, context))>>,
+                        "spindle: on_exit cannot be a coroutine (only receive may await)");
           b.on_exit(x, context);
         }
         break;
@@ -571,14 +581,15 @@ struct typed_cell final : actor_cell {
 
 // The behaviour of a function actor: spawn_actor<M>(rt, function).
 template <class M, class F>
+// A function returning task<void> makes an actor whose handler awaits (actor_await.hpp).
 struct function_behaviour {
   using message_type = M;
   F function;
-  void receive(M& message, actor_context<M>& context) {
+  decltype(auto) receive(M& message, actor_context<M>& context) {
     if constexpr (std::invocable<F&, M&, actor_context<M>&>) {
-      function(message, context);
+      return function(message, context);
     } else {
-      function(message);
+      return function(message);
     }
   }
 };

@@ -11,9 +11,10 @@
 //   };
 //
 // Semantics (OTP's: one message at a time). While the handler awaits, the actor handles no
-// other message: they wait in its mailbox, and so do stop requests and kills (a kill takes
-// effect when the handler ends, before anything else queued; cancel what the handler awaits
-// to end it sooner). The actor is Running for the whole handler, sits in no wheel queue, and
+// other message: they wait in its mailbox, and so do stop requests. A kill cancels the
+// handler (its await in progress throws task_cancelled, as a cancelled task's does) and halts
+// the actor when the handler has unwound, before anything else queued: a supervisor's kill
+// after a child's stop timeout ends a child whose handler would never end. The actor is Running for the whole handler, sits in no wheel queue, and
 // is never migrated (A5: an actor waiting on I/O stays on the executor its I/O completes on;
 // the io_guard a synchronous handler takes by hand is implied). An exception escaping the
 // handler, before or after it first suspends, crashes the actor as a synchronous handler's
@@ -53,11 +54,23 @@
 
 namespace spindle::actor_detail {
 
+// Whether T is a spindle::task<...>: a receive returning one other than task<void>, or a hook
+// (on_start, on_down, on_exit) returning one, is refused at compile time: the lazy task would
+// be dropped unrun (the attack found all three silently doing nothing).
+template <class T>
+inline constexpr bool is_task = false;
+template <class T>
+inline constexpr bool is_task<task<T>> = true;
+
 // Step 1 (the owner, inside handle()): takes the envelope and the handler's task; sets
 // `awaiting_handler`. Nothing is changed if it throws (out of memory: the handler's crash).
 void prepare_awaiting_handler(actor_cell& cell, envelope& message, task<void> handler);
 // Step 2 (the owner, at the end of the run): spawns the prepared wrapper on the calling
-// executor. Returns the error if it could not (the caller halts the actor: still the owner).
+// executor, cancellable through the cell's handler_stop. Returns the error if it could not
+// (the caller halts the actor: still the owner).
 std::exception_ptr start_awaiting_handler(actor_cell& cell) noexcept;
+// kill(), any thread: marks the kill and cancels a handler in progress (its await throws
+// task_cancelled; the actor then halts, killed, when the wrapper hands it back).
+void cancel_awaiting_handler(actor_cell& cell) noexcept;
 
 }  // namespace spindle::actor_detail

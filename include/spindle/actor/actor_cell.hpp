@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <typeinfo>
 #include <vector>
@@ -191,9 +192,14 @@ struct actor_cell {
   std::atomic<std::uint32_t> queued{0};          // bounded mailboxes only: messages not taken
   const std::uint32_t capacity;                  // 0: unbounded
   std::atomic<std::uint32_t> io_in_flight{0};    // > 0: never migrated (A5)
-  // Set by kill() before it queues the kill: an actor back from an awaiting handler halts at
-  // once instead of handling the messages it took before the kill came (actor_await.hpp).
+  // Set by kill() before it queues the kill: an awaiting handler in progress is cancelled, and
+  // an actor back from one halts at once instead of handling the messages it took before the
+  // kill came (actor_await.hpp).
   std::atomic<bool> kill_requested{false};
+  // What cancels its awaiting handlers' tasks (actor_await.hpp): made by the owner before its
+  // first awaiting handler starts, freed with the cell. Stopped by kill() (a killed actor
+  // never handles again, so a source stopped for good is what it needs).
+  std::atomic<std::stop_source*> handler_stop{nullptr};
   std::atomic<actor_links*> links{nullptr};
   std::atomic<timer_registry*> timers{nullptr};  // send_after / send_interval (actor_timers.hpp)
   const bool pinned;
