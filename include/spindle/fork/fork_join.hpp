@@ -217,12 +217,12 @@ auto fork_join(Left&& left, Right&& right)
     fork_detail::abandon_fork(frame);
     throw;
   }
-  // Found again rather than kept across the left branch (fewer registers saved per level, see
-  // "Depth" in fork-join.md): the same thread's state, and the left branch popped every frame it
-  // pushed, so ours is the top one.
-  state = fork_detail::current_state;
-  // relaxed: see above.
-  fork_detail::latent_frame** const top = state->top.load(std::memory_order_relaxed) - 1;
+  // The state and the slot are kept across the left branch (two callee-saved registers), not
+  // found again: the left branch popped every frame it pushed, so ours is the top one, in `slot`.
+  // Finding them again (a TLS load, then `top` - 1) puts that load and the store-to-load
+  // forwarding of `top` between every pop and the next push: fib 35 ran about 20% slower on one
+  // worker (fork-join.md, "Depth"). Keeping them costs 16 bytes per level (96 -> 112 for fib).
+  fork_detail::latent_frame** const top = slot;
   fork_detail::pop_frame(state, top);
   fork_detail::delegated_work* const published = fork_detail::published_work(frame);
   if (published == nullptr) [[likely]] {
