@@ -1,7 +1,6 @@
 // Handlers that await: the wrapper task and the hand-back (design in actor_await.hpp).
 #include "spindle/actor/actor_await.hpp"
 
-#include <memory>
 #include <optional>
 #include <stop_token>
 #include <utility>
@@ -102,15 +101,16 @@ void prepare_awaiting_handler(actor_cell& cell, envelope& message, task<void> ha
   awaiting_claim claim(&cell, &message, message.destroy);
   // From here the claim destroys the envelope (whatever throws below), not the run.
   message.destroy = &left_to_the_handler;
-  auto prepared =
-      std::make_unique<task<void>>(run_awaiting_handler(std::move(claim), std::move(handler)));
-  cell.awaiting_start = prepared.release();
+  // Kept as the wrapper's frame address (no holder to allocate per message); only
+  // start_awaiting_handler takes it back, in this same run.
+  cell.awaiting_start =
+      run_awaiting_handler(std::move(claim), std::move(handler)).release().address();
   cell.awaiting_handler = true;
 }
 
 std::exception_ptr start_awaiting_handler(actor_cell& cell) noexcept {
-  std::unique_ptr<task<void>> prepared(
-      static_cast<task<void>*>(std::exchange(cell.awaiting_start, nullptr)));
+  task<void> prepared(
+      task<void>::handle_type::from_address(std::exchange(cell.awaiting_start, nullptr)));
   try {
     // relaxed: the owner's own field (only the owner stores it).
     std::stop_source* stop = cell.handler_stop.load(std::memory_order_relaxed);
@@ -123,7 +123,7 @@ std::exception_ptr start_awaiting_handler(actor_cell& cell) noexcept {
     }
     // Not spawn(body, token): a task cancelled before it starts never runs, and this one
     // must run to hand the actor back. The wrapper links the token to itself once running.
-    spawn(std::move(*prepared)).detach();
+    spawn(std::move(prepared)).detach();
     return nullptr;
   } catch (...) {
     // Never started: destroying the wrapper (here, or in spawn) gives the envelope and the

@@ -232,7 +232,7 @@ struct actor_cell {
   bool awaiting_handler = false;
   bool handler_ended = false;
   std::exception_ptr handler_crash;
-  void* awaiting_start = nullptr;  // the handler's task, prepared by handle, started by the run
+  void* awaiting_start = nullptr;  // the wrapper task's frame, prepared by handle, started by the run
   // Mailbox growth (G4, diagnostics/warnings.hpp): the hysteresis of its backlog warning.
   diagnostics::warning_hub::mailbox_watch mailbox_watch;
   // Why it halts, when stop_requested; once Halted, why it halted: the owner writes it last
