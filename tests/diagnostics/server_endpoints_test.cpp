@@ -12,6 +12,7 @@
 #include <string>
 
 #include "support/http_test_client.hpp"
+#include "support/test_support.hpp"
 #include "spindle/diagnostics/server.hpp"
 #include "spindle/embed/embedded_executor.hpp"
 #include "spindle/spindle.hpp"
@@ -222,6 +223,15 @@ TEST(DiagnosticsServerInRuntime, ServesItsExecutorsTasksAndMetrics) {
   spindle::channel<int> orders(1);
   spindle::join_handle<int> clerk;
   rt.block_on(spawn_waiting_clerk(orders, clerk));
+  // Spawned is not yet suspended on the channel: the server is asked once the clerk waits there.
+  ASSERT_TRUE(spindle::testing::eventually(
+      [&] {
+        const spindle::runtime_snapshot snap = rt.snapshot();
+        const spindle::task_info* t = snap.find_task("clerk-waiting-for-orders");
+        return t != nullptr && t->state == spindle::task_state::suspended &&
+               t->waiting_on.kind != spindle::wait_kind::none;
+      },
+      std::chrono::seconds(10)));
 
   auto snapshot = get(port, "/api/snapshot");
   ASSERT_EQ(snapshot.status, 200) << snapshot.head;
