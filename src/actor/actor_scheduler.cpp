@@ -3,6 +3,7 @@
 #include "spindle/actor/actor_scheduler.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <utility>
 
@@ -94,6 +95,7 @@ actor_scheduler::actor_scheduler(actor_system& system, std::uint32_t executor_in
       // least 100 µs, so this is never below the monitor's 25 µs floor).
       clock_resolution_ns_(system.core().service_interval_ns() / 4),
       cost_floor_ns_(std::max<std::uint64_t>(system.time_slice_ns() / actor_detail::cost_floor_divisor, 1)),
+      woken_share_ns_(std::max<std::uint64_t>(system.time_slice_ns() / actor_detail::actors_per_slice, 1)),
       turn_runnable_(this),
       random_state_(0x2545f491u * (executor_index + 1)),
       warnings_(static_cast<detail::runtime_state*>(system.core().layer_state())->warnings),
@@ -310,6 +312,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
   std::uint64_t handled = 0;
   std::uint64_t user_handled = 0;  // diagnostics: the mailbox length (actor_cell.hpp)
   bool cut_for_woken = false;
+  std::uint64_t woken_share_mark = 0;  // steady-clock ns at its second message (see below)
   for (;;) {
     if (cell->private_head == nullptr) {
       // acquire: pairs with the senders' release pushes (the envelopes' contents).
@@ -400,16 +403,22 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     ++handled;
     cell->reductions_left -= std::int32_t(1 + cell->extra_charge);
     cell->extra_charge = 0;
-    // One relaxed load of the coarse clock per message. A run cut by time counts as a full
-    // quantum: the loop ends at its next look at the reductions.
+    // One relaxed load of the coarse clock per message, and every so many messages a look at
+    // the steady clock in case the coarse one stalled (keep_time). A run cut by time counts
+    // as a full quantum: the loop ends at its next look at the reductions.
     now = core.coarse_now_ns();
+    if (handled % actor_detail::messages_per_clock_check == 0) [[unlikely]] now = keep_time(now);
     if (now >= deadline && cell->reductions_left > 0) [[unlikely]] {
       cell->reductions_left = 0;
       stats_.runs_cut_by_time.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
-    } else if (woken && now != started && !woken_.empty()) [[unlikely]] {
-      // A tick went by in a woken run while others are woken (header: the woken queue).
-      cut_for_woken = true;
-      stats_.woken_runs_cut.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+    } else if (woken && !woken_.empty() && (now != started || handled >= 2)) [[unlikely]] {
+      // A woken run while others are woken (header: the woken queue) ends at a tick, or once
+      // it has run its share since its second message. A run of one message (a chatty
+      // actor's) reads no clock here.
+      if (now != started || woken_share_spent(woken_share_mark)) {
+        cut_for_woken = true;
+        stats_.woken_runs_cut.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+      }
     }
     if ((crashed || cell->stop_requested) && records_) note_run_end(cell, user_handled);
     if (crashed) {
@@ -466,6 +475,26 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
                             cell->mailbox.load(std::memory_order_relaxed) != nullptr;
   running_weight_ = 0;  // from here on it is placed (and counted again if it waits)
   place_after_run(cell, has_messages, ran_ns, cut_for_woken);
+}
+
+std::uint64_t actor_scheduler::keep_time(std::uint64_t coarse) noexcept {
+  const std::uint64_t now = core::monotonic_nanoseconds();
+  if (now < coarse + clock_resolution_ns_) return coarse;  // the monitor keeps up
+  // It does not (descheduled): this run moves the clock, for every reader (forward only).
+  core_.advance_coarse_clock(now);
+  stats_.coarse_clock_kept.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
+  return now;
+}
+
+bool actor_scheduler::woken_share_spent(std::uint64_t& mark) const noexcept {
+  // The steady clock, not the coarse one: a share is a small fraction of a coarse tick. Read
+  // only in woken runs of two or more messages while other actors are woken.
+  const std::uint64_t now = core::monotonic_nanoseconds();
+  if (mark == 0) {
+    mark = now;
+    return false;
+  }
+  return now - mark >= woken_share_ns_;
 }
 
 void actor_scheduler::place_after_run(actor_cell* cell, bool has_messages, std::uint64_t ran_ns,

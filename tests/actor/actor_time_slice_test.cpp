@@ -266,10 +266,12 @@ TEST(ActorTimeSlice, WokenLightActorBesideHundredHungryActorsAnswers) {
 }
 
 // A burst of actors woken together (freshly spawned workers, say) that turn out CPU-hungry,
-// and a light actor woken last: the hungry ones' woken runs end at a clock tick, so the light
-// one runs after a tick per actor ahead of it, not after a whole quantum each. The slice is
-// long (400 ms: service interval 400 ms, ticks of 100 ms) so that a tick and a quantum differ
-// by far more than the machine's noise; the blocker makes the wakes arrive together.
+// and a light actor woken last: the hungry ones' woken runs end after their share of the time
+// slice (a 64th, from their second message on), so the light one runs after a share per actor
+// ahead of it, not after a whole quantum each, nor a coarse tick each. The slice is long
+// (400 ms: service interval 400 ms, ticks of 100 ms, shares of 6.25 ms) so that a share, a tick
+// and a quantum differ by far more than the machine's noise; the blocker makes the wakes
+// arrive together.
 struct hungry_counting {
   using message_type = int;
   std::atomic<long>* handled;
@@ -297,7 +299,7 @@ struct snapshot_taker {
   }
 };
 
-TEST(ActorTimeSlice, WokenActorBehindAWokenBurstWaitsTicksNotQuanta) {
+TEST(ActorTimeSlice, WokenActorBehindAWokenBurstWaitsSharesNotQuanta) {
   runtime rt({.workers = 1, .service_interval = 400ms, .long_runnable_after = 10s});
   ASSERT_EQ(spindle::actors_of(rt).time_slice_ns(), std::uint64_t(400'000'000));
   constexpr int hungry = 4;
@@ -322,9 +324,73 @@ TEST(ActorTimeSlice, WokenActorBehindAWokenBurstWaitsTicksNotQuanta) {
   stop.store(true);
   ASSERT_TRUE(eventually([&] { return stopped.load() == hungry; }, hang));
   // A whole woken run would be 300-400 messages of 1 ms (a 400 ms slice on a 100 ms clock);
-  // a run cut at the first tick is at most about 100.
-  EXPECT_LT(most_at_run.load(), 250) << "messages of one hungry actor before the probe ran";
+  // a run cut at the first tick about 100; a run cut at its share 2 + 7 (the messages spin on
+  // the steady clock, the share's clock, so preemption does not stretch it).
+  EXPECT_LT(most_at_run.load(), 40) << "messages of one hungry actor before the probe ran";
   EXPECT_GT(spindle::actors_of(rt).scheduler(0).stats().woken_runs_cut.load(), 0u);
+}
+
+// The coarse clock stalls when its writer, the monitor thread, does not get a CPU (seen for
+// 5-13 ms on a saturated machine). A hungry actor's run must still end near its time slice,
+// not after its whole quantum of reductions. The monitor is held in its watcher call; the
+// hungry actor counts the messages it handles between two turns of a task that yields on the
+// same executor: a run bounded by time is a few dozen messages of 100 µs (32 between looks at
+// the steady clock), one bounded by reductions alone the whole quantum (1,000).
+class monitor_holder final : public spindle::core::monitor_watcher {
+ public:
+  void watch_executor(const spindle::core::executor_sample&, std::uint64_t) noexcept override {}
+  void tick_done(std::uint64_t) noexcept override {
+    held_.store(true);
+    while (!released_.load()) std::this_thread::yield();
+  }
+  bool holding() const { return held_.load(); }
+  void release() { released_.store(true); }
+
+ private:
+  std::atomic<bool> held_{false};
+  std::atomic<bool> released_{false};
+};
+
+struct turn_counting_hungry {
+  using message_type = int;
+  const std::atomic<long>* yielder_turns;
+  std::atomic<long>* most_in_a_row;
+  std::atomic<long>* handled;
+  long in_a_row = 0;
+  long last_turns = -1;
+  void receive(int, actor_context<int>& ctx) {
+    burn_for(100us);
+    const long turns = yielder_turns->load();
+    in_a_row = turns == last_turns ? in_a_row + 1 : 1;
+    last_turns = turns;
+    if (in_a_row > most_in_a_row->load()) most_in_a_row->store(in_a_row);
+    if (handled->fetch_add(1) < 3000) ctx.self().send(0);
+  }
+};
+
+spindle::task<void> yield_and_count(std::atomic<long>* turns, const std::atomic<long>* handled) {
+  while (handled->load() < 3000) {
+    turns->fetch_add(1);
+    co_await spindle::yield_now();
+  }
+}
+
+TEST(ActorTimeSlice, HungryRunEndsOnTimeWhileTheCoarseClockStalls) {
+  runtime rt({.workers = 1, .long_runnable_after = 10s});
+  monitor_holder holder;
+  rt.core().set_monitor_watcher(&holder);
+  ASSERT_TRUE(eventually([&] { return holder.holding(); }, hang));
+  std::atomic<long> turns{0}, most_in_a_row{0}, handled{0};
+  auto yielder = rt.spawn(yield_and_count(&turns, &handled));
+  auto ref = spawn_actor<turn_counting_hungry>(rt, &turns, &most_in_a_row, &handled);
+  ref.send(0);
+  const bool finished = eventually([&] { return handled.load() > 3000; }, hang);
+  rt.core().set_monitor_watcher(nullptr);
+  holder.release();
+  ASSERT_TRUE(finished);
+  join_bounded(std::move(yielder), hang);
+  EXPECT_LT(most_in_a_row.load(), 500) << "messages of 100 us in one run with the clock stalled";
+  EXPECT_GT(spindle::actors_of(rt).scheduler(0).stats().coarse_clock_kept.load(), 0u);
 }
 
 // The wake paths of an idle actor whose executor runs a busy actor: from a plain thread (an

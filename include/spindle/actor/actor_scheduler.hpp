@@ -5,7 +5,12 @@
 // plus what a handler charges) and a time slice (actor_system_options::time_slice, default the
 // runtime's service interval, 1 ms: Erlang's slice is about as long). Time is read on the
 // runtime monitor's coarse clock (runtime_core::coarse_now_ns: one relaxed load, at most a
-// quarter of the service interval old), once per message and once per run: never clock_gettime.
+// quarter of the service interval old), once per message and once per run. The monitor is a
+// thread like any other, and on a machine whose CPUs the workers keep busy it was seen not to
+// run for 5-13 ms; a hungry run, then bounded by its reductions alone, lasted 10 ms. So a run
+// also reads the steady clock every `messages_per_clock_check` messages (a run of fewer reads
+// none) and, when the coarse clock lags it by a tick or more, moves it forward for everyone.
+// The woken share below is the other steady-clock read.
 // Both parts are kept while an actor is idle and refilled together. A run stops when either is
 // spent; a run cut by time counts as a full quantum (its reductions are zeroed).
 //
@@ -23,12 +28,14 @@
 //     and its next message would wait for them). The whole reading, unbiased on average, is
 //     what the time budget is charged, so the budget still catches many short runs;
 //   - idle actors (in no queue) that receive a message are run at the first opportunity, with
-//     what they have left (the `woken` queue, served before the wheel). A woken run ends when
-//     the coarse clock ticks while other woken actors wait (a woken actor turning out hungry,
+//     what they have left (the `woken` queue, served before the wheel). While other woken
+//     actors wait, a woken run ends at a tick of the coarse clock or once it has run a share
+//     of the time slice (time slice / actors_per_slice, 16 µs by default) since its second
+//     message, on the steady clock, whichever comes first (a woken actor turning out hungry,
 //     e.g. a burst of freshly spawned workers, must not hold a latency-sensitive one behind a
 //     whole quantum each); one so cut goes on in the current batch with what it has left. So
-//     a woken actor waits at most one tick (250 µs) per woken actor ahead of it, not a
-//     quantum;
+//     a woken actor waits at most two messages and a share per woken actor ahead of it (about
+//     a time slice for 64 of them), not a quantum each; a run of one message reads no clock;
 //   - a whole turn after its last refill (the segment clock moved N segments), an actor gets a
 //     fresh quantum when it next runs: one quantum per turn, so an actor woken now and then (a
 //     request per millisecond) never spends a quantum it was due and waits a turn for nothing;
@@ -137,6 +144,8 @@ class name_registry;  // registry.hpp
 
 inline constexpr std::uint32_t wheel_segments = 16;
 inline constexpr std::uint32_t actors_per_slice = 64;
+// A run looks at the steady clock every so many messages, in case the coarse one stalled.
+inline constexpr std::uint64_t messages_per_clock_check = 32;
 inline constexpr std::uint32_t migration_samples = 2;
 inline constexpr std::uint32_t migration_cooldown_runs = 4;
 // An actor's weight in its wheel's queued work is at least time slice / cost_floor_divisor.
@@ -163,7 +172,8 @@ struct actor_scheduler_stats {
   std::atomic<std::uint64_t> messages_handled{0};
   std::atomic<std::uint64_t> segments_turned{0};
   std::atomic<std::uint64_t> runs_cut_by_time{0};    // runs that spent the time slice
-  std::atomic<std::uint64_t> woken_runs_cut{0};      // woken runs cut at a tick (others woken)
+  std::atomic<std::uint64_t> woken_runs_cut{0};      // woken runs cut at a tick or share
+  std::atomic<std::uint64_t> coarse_clock_kept{0};   // runs that moved a stalled coarse clock
   std::atomic<std::uint64_t> stuck_hand_offs{0};     // actors handed away in a long runnable
   std::atomic<std::uint64_t> slices_cut_by_time{0};  // wheel slices that stopped on time
   std::atomic<std::uint64_t> busy_nanoseconds{0};    // actor runs, on the coarse clock
@@ -253,6 +263,12 @@ class actor_scheduler {
   void count_waiting(const actor_detail::actor_cell* cell) noexcept;
   void publish_queued_work() noexcept;
   std::uint64_t coarse_now_ns() const noexcept;
+  // Whether a woken run has used its share (header: the woken queue) since `mark`, which the
+  // first call sets (to the steady clock's now) and answers false.
+  bool woken_share_spent(std::uint64_t& mark) const noexcept;
+  // The steady clock's now if the coarse reading `coarse` lags it by a tick or more (the
+  // coarse clock then moves to it), else `coarse` (header: time).
+  std::uint64_t keep_time(std::uint64_t coarse) noexcept;
 
   struct segment {
     actor_detail::actor_queue runnable;
@@ -265,6 +281,7 @@ class actor_scheduler {
   const std::uint64_t time_slice_ns_;        // the time part of a quantum; a slice's budget
   const std::uint64_t clock_resolution_ns_;  // one tick of the coarse clock
   const std::uint64_t cost_floor_ns_;        // time_slice / cost_floor_divisor
+  const std::uint64_t woken_share_ns_;       // time_slice / actors_per_slice (the woken queue)
   turn_type turn_runnable_;
   bool turn_queued_ = false;
   segment segments_[actor_detail::wheel_segments];
