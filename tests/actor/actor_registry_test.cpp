@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -310,6 +311,78 @@ TEST(ActorRegistry, ShutdownFreesNamesAndCells) {
 
 // The cost of a lookup (printed for docs/design/actors.md; no timing is asserted): whereis of a
 // name among 1,000, from one thread and from two at once, each also dropping the reference.
+// spawn_registered: the name is there before the actor's first step, and a taken name
+// leaves no actor behind.
+struct knows_its_name {
+  using message_type = int;
+  std::atomic<int>* found_itself;
+  std::atomic<int>* lives;
+  knows_its_name(std::atomic<int>* found, std::atomic<int>* alive)
+      : found_itself(found), lives(alive) {
+    lives->fetch_add(1);
+  }
+  knows_its_name(const knows_its_name&) = delete;
+  ~knows_its_name() { lives->fetch_sub(1); }
+  void on_start(actor_context<int>& ctx) {
+    found_itself->store(spindle::whereis<int>("unique") == ctx.self() ? 1 : -1);
+  }
+  void receive(int, actor_context<int>& ctx) { ctx.stop(); }
+};
+
+TEST(ActorRegistry, SpawnRegisteredNamesTheActorBeforeItStarts) {
+  runtime rt({.workers = 2});
+  std::atomic<int> found{0}, lives{0};
+  auto first = spindle::spawn_registered<knows_its_name>(rt, "unique", &found, &lives);
+  ASSERT_TRUE(eventually([&] { return found.load() != 0; }));
+  EXPECT_EQ(found.load(), 1) << "on_start did not find the actor under its name";
+  EXPECT_EQ(spindle::whereis(rt, "unique"), first);
+  // Taken: name_in_use, and the second actor never existed (no on_start, behaviour gone).
+  found.store(0);
+  EXPECT_THROW((void)spindle::spawn_registered<knows_its_name>(rt, "unique", &found, &lives),
+               spindle::name_in_use);
+  EXPECT_THROW((void)spindle::spawn_registered<knows_its_name>(rt, "", &found, &lives),
+               spindle::usage_error);
+  EXPECT_EQ(lives.load(), 1);
+  EXPECT_EQ(found.load(), 0);
+  EXPECT_EQ(spindle::whereis(rt, "unique"), first);
+  // The name is freed when it halts, and can be spawned again.
+  first.send(1);
+  ASSERT_TRUE(halted_soon(first));
+  auto again = spindle::spawn_registered<knows_its_name>(rt, "unique", &found, &lives);
+  ASSERT_TRUE(eventually([&] { return found.load() == 1; }));
+  EXPECT_EQ(spindle::whereis(rt, "unique"), again);
+}
+
+// A plain thread sends by name while the actor is being spawned under it: every send that the
+// name accepted is delivered, exactly once, including those that came before the actor's home
+// adopted it (the window in which a wake of an idle cell would have reached a home that did
+// not know it). Many rounds, a fresh name each, on an actor with no on_start (idle-spawned
+// otherwise).
+TEST(ActorRegistry, SendsByNameRacingSpawnRegisteredAreAllDelivered) {
+  runtime rt({.workers = 2});
+  for (int round = 0; round < 300; ++round) {
+    const std::string name = "racer-" + std::to_string(round);
+    std::atomic<int> received{0};
+    std::atomic<bool> spawned{false};
+    std::atomic<int> accepted{0};
+    std::thread sender([&] {
+      int sent = 0;
+      // Until well after the spawn returned: sends before it find no name (not counted).
+      while (!spawned.load() || sent < 50) {
+        if (spindle::send_to<int>(rt, name, 1) == send_result::queued) ++sent;
+      }
+      accepted.store(sent);
+    });
+    auto ref = spindle::spawn_registered<registry_counter>(rt, name, &received);
+    spawned.store(true);
+    sender.join();
+    ASSERT_TRUE(eventually([&] { return received.load() == accepted.load(); }))
+        << "round " << round << ": " << received.load() << " of " << accepted.load();
+    ref.send(0);
+    ASSERT_TRUE(halted_soon(ref));
+  }
+}
+
 TEST(ActorRegistry, LookupCost) {
   runtime rt({.workers = 1});
   std::atomic<int> received{0};

@@ -1,6 +1,7 @@
 // Registered names (issue 17): an actor found by a name, as Erlang's register/whereis.
 //
 //   spindle::register_name(rt, "db", ref);                  // any thread
+//   auto db = spindle::spawn_registered<db_actor>(rt, "db", args...);  // spawn and name, atomic
 //   auto db = spindle::whereis<db_message>(rt, "db");       // an empty ref if no such name
 //   spindle::send_to<db_message>(rt, "db", query{...});     // send_result::no_such_name if none
 //   spindle::unregister_name(rt, "db");                     // true if the name was registered
@@ -247,6 +248,38 @@ inline oneshot_receiver<exit_reason> monitor_name(actor_system& system, std::str
 }
 inline oneshot_receiver<exit_reason> monitor_name(runtime& rt, std::string_view name) {
   return monitor_name(actors_of(rt), name);
+}
+
+namespace actor_detail {
+// spawn_registered's preparation: the name, taken before anyone can run the actor. whereis
+// may find the cell from then on, before its home has adopted it: a send then wakes it as it
+// would wake an actor spawned idle elsewhere (actor_scheduler::wake homes it; the late adopt
+// message is stale), the same window as a ref handed to another thread by spawn_actor.
+struct name_preparation {
+  actor_system& system;
+  std::string_view name;
+  void operator()(actor_cell& cell) const { names_of(system).add(cell, name); }
+};
+}  // namespace actor_detail
+
+// Spawns a B registered as `name`, in one step (OTP's gen_server:start({local, Name}, ...)):
+// the actor has its name before it handles anything (on_start included), and if the name is
+// taken (name_in_use) or empty (usage_error) there is no actor: the behaviour is destroyed
+// without on_start or on_stop. Messages sent to the name from the moment it is registered are
+// all delivered, exactly once.
+template <actor_behaviour B, class... A>
+actor_ref<typename B::message_type> spawn_registered(runtime& rt, std::string_view name,
+                                                     const spawn_options& options, A&&... args) {
+  actor_system& system = actors_of(rt);
+  return actor_detail::spawn_prepared<B>(system, options,
+                                         actor_detail::name_preparation{system, name},
+                                         std::forward<A>(args)...);
+}
+template <actor_behaviour B, class... A>
+  requires(!actor_detail::starts_with_options<A...>)
+actor_ref<typename B::message_type> spawn_registered(runtime& rt, std::string_view name,
+                                                     A&&... args) {
+  return spawn_registered<B>(rt, name, spawn_options{}, std::forward<A>(args)...);
 }
 
 // The name of `actor`, if it has one; every registered name with its actor's id, by name
