@@ -267,11 +267,31 @@ void remove_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor
   if (monitor_id == 0) erase(watcher, target, 0);
 }
 
+namespace {
+// Under the links' lock: frees the abandoned callbacks (exit_callback) and takes them out of
+// the list, then sets the next sweep's length. Freeing a task monitor drops its oneshot sender,
+// which takes the oneshot's lock: that lock is never held while taking a links' lock.
+void sweep_abandoned_locked(actor_links& links) noexcept {
+  const auto kept = std::remove_if(links.watchers.begin(), links.watchers.end(),
+                                   [](const watch_entry& e) {
+                                     exit_callback* c = e.callback;
+                                     if (c == nullptr || c->abandoned == nullptr || !c->abandoned(c)) {
+                                       return false;
+                                     }
+                                     c->discard(c);
+                                     return true;
+                                   });
+  links.watchers.erase(kept, links.watchers.end());
+  links.sweep_at = std::max(actor_links::sweep_floor, 2 * links.watchers.size());
+}
+}  // namespace
+
 void add_exit_callback(actor_cell& target, exit_callback* callback) {
   actor_links& links = links_of(target);
   {
     std::lock_guard guard(links.lock);
     if (!links.closed) {
+      if (links.watchers.size() >= links.sweep_at) sweep_abandoned_locked(links);
       links.watchers.push_back({nullptr, 0, callback});
       callback = nullptr;
     }

@@ -184,6 +184,25 @@ TEST(ActorWatch, APlainTaskAwaitsAnActorsExit) {
   EXPECT_THROW((void)spindle::monitor_actor(actor_handle{}), spindle::usage_error);
 }
 
+// A long-lived actor monitored by a task per request, each dropping its receiver unread: the
+// watch list keeps only the monitors still held (before: every one, ~240 bytes each, until
+// the actor halted). The ones still held are all told when it halts, exactly once.
+TEST(ActorWatch, DroppedTaskMonitorsAreSweptAndHeldOnesAreStillTold) {
+  runtime rt({.workers = 2});
+  auto target = spawn_actor<crashes_on_negative>(rt);
+  std::vector<spindle::oneshot_receiver<spindle::exit_reason>> held;
+  for (int i = 0; i < 100'000; ++i) {
+    auto dropped = spindle::monitor_actor(target);
+    if (i % 1000 == 0) held.push_back(spindle::monitor_actor(target));
+  }
+  const spindle::actor_detail::actor_links* links = target.cell()->links.load();
+  ASSERT_NE(links, nullptr);
+  // At most about twice the held ones (100) plus the sweep's floor; 100,100 without sweeps.
+  EXPECT_LT(links->watchers.size(), 2 * held.size() + 2 * spindle::actor_detail::actor_links::sweep_floor);
+  target.send(-1);
+  for (auto& down : held) EXPECT_EQ(down.blocking_receive().kind, exit_kind::crashed);
+}
+
 // The runtime's shutdown halts actors without telling actors that watch (none runs any more),
 // but a thread waiting on monitor_actor is told (reason shutdown).
 TEST(ActorWatch, AMonitorIsToldWhenShutdownHaltsTheActor) {

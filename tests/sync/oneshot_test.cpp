@@ -36,6 +36,15 @@ TEST(Oneshot, ValueSentWhileATaskWaits) {
   EXPECT_EQ(receiver.join(), 7);
 }
 
+TEST(Oneshot, TheSenderSeesTheReceiverDropped) {
+  auto [tx, rx] = spindle::oneshot<int>();
+  EXPECT_FALSE(tx.is_closed());
+  { auto dropped = std::move(rx); }
+  EXPECT_TRUE(tx.is_closed());
+  tx.send(1);  // allowed: nobody reads it
+  EXPECT_FALSE(tx.is_closed());  // an empty sender
+}
+
 TEST(Oneshot, SenderDroppedWithoutSendingClosesTheReceiver) {
   spindle::runtime rt({.workers = 2});
   auto [tx, rx] = spindle::oneshot<int>();

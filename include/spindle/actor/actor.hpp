@@ -661,7 +661,14 @@ namespace actor_detail {
 // monitor_actor's watch entry: sends the exit reason to the receiver, then frees itself.
 struct task_monitor final : exit_callback {
   explicit task_monitor(oneshot_sender<exit_reason> to) noexcept
-      : exit_callback{&task_monitor::deliver_to}, sender(std::move(to)) {}
+      : exit_callback{&task_monitor::deliver_to, &task_monitor::receiver_dropped,
+                      &task_monitor::free},
+        sender(std::move(to)) {}
+  // The receiver is gone: nobody will read the exit reason (swept by add_exit_callback).
+  static bool receiver_dropped(const exit_callback* self) noexcept {
+    return static_cast<const task_monitor*>(self)->sender.is_closed();
+  }
+  static void free(exit_callback* self) noexcept { delete static_cast<task_monitor*>(self); }
   static void deliver_to(exit_callback* self, const exit_reason& reason) noexcept {
     auto* monitor = static_cast<task_monitor*>(self);
     try {
@@ -678,7 +685,8 @@ struct task_monitor final : exit_callback {
 // A monitor for plain tasks and threads: the receiver gets `target`'s exit reason when it
 // halts (at once if it has), including when the runtime's shutdown halts it (kind shutdown).
 //   spindle::exit_reason why = co_await spindle::monitor_actor(ref);
-// The watch lasts until the actor halts, even if the receiver is dropped earlier.
+// Dropping the receiver ends the watch: it is freed at a later monitor_actor on the same actor
+// (a sweep), so an actor monitored by a task per request keeps only the monitors still held.
 // usage_error on an empty reference.
 inline oneshot_receiver<exit_reason> monitor_actor(const actor_handle& target) {
   if (!target) throw usage_error("spindle: monitor_actor on an empty actor reference");

@@ -147,8 +147,16 @@ enum class placement : std::uint8_t {
 
 // Told once, when an actor halts, with its exit reason (a task's monitor, actor.hpp). The
 // function owns the object from then on (it frees it); it must not block.
+// Optional: `abandoned` says nobody awaits the notification any more (a task monitor whose
+// receiver was dropped); such a callback is taken out of the watch list at a later
+// add_exit_callback on the same actor and freed with `discard`, undelivered. So an actor that
+// lives long and is monitored again and again (a task per request) keeps only the monitors
+// someone still holds, not every one until it halts. Both run under the links' lock: they
+// must only look at the object, and free it.
 struct exit_callback {
   void (*deliver)(exit_callback* self, const exit_reason& reason) noexcept;
+  bool (*abandoned)(const exit_callback* self) noexcept = nullptr;
+  void (*discard)(exit_callback* self) noexcept = nullptr;
 };
 
 struct watch_entry {
@@ -163,6 +171,11 @@ struct actor_links {
   std::mutex lock;
   std::vector<watch_entry> watchers;  // who is told when this actor halts
   bool closed = false;
+  // add_exit_callback sweeps abandoned callbacks out once the list is this long, then sets
+  // it to twice what is left (at least the floor): amortised O(1) a callback, and at most
+  // about twice the callbacks still held, plus the floor.
+  std::size_t sweep_at = sweep_floor;
+  static constexpr std::size_t sweep_floor = 32;
 };
 
 // The timers aimed at one actor (actor_timers.hpp); allocated on first use, freed with the cell.

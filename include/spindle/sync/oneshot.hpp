@@ -103,6 +103,13 @@ class oneshot_sender {
   ~oneshot_sender() { reset(); }
 
   bool valid() const noexcept { return state_ != nullptr; }
+  // Whether the receiver is gone (dropped): nobody will read what is sent (Tokio's
+  // Sender::is_closed). False for an empty sender.
+  bool is_closed() const noexcept {
+    // acquire: pairs with the receiver's acq_rel release of its reference; a caller that then
+    // frees this sender (and with it the state) does so after the receiver was done with it.
+    return state_ != nullptr && state_->references.load(std::memory_order_acquire) == 1;
+  }
   // Delivers the value; usable from any thread. usage_error if already sent or empty handle.
   void send(T value) {
     if (state_ == nullptr) throw usage_error("spindle: oneshot already sent (or empty sender)");
