@@ -1,8 +1,11 @@
 // Handlers that await: the wrapper task and the hand-back (design in actor_await.hpp).
 #include "spindle/actor/actor_await.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <optional>
 #include <stop_token>
+#include <string_view>
 #include <utility>
 
 #include "spindle/actor/actor_scheduler.hpp"
@@ -77,6 +80,19 @@ void kill_on_request(actor_cell& cell, std::optional<std::stop_callback<cancel_t
   if (cell.kill_requested.load(std::memory_order_seq_cst)) self->request_cancel();
 }
 
+// Names the running wrapper "actor#12 handler" where tasks are recorded, so that a snapshot or
+// a warning about it says whose handler it is (the snapshot's actors section maps the id to a
+// registered name). A few nanoseconds a message: no lookup, no allocation.
+void name_for_snapshots(const actor_cell& cell) noexcept {
+  detail::spawned_task_base* self = detail::spawned_task_base::current();
+  if (self == nullptr || !self->is_recorded()) return;
+  char name[40] = "actor#";
+  char* end = std::to_chars(name + 6, name + sizeof name - 8, cell.id).ptr;
+  constexpr std::string_view suffix = " handler";
+  end = std::copy(suffix.begin(), suffix.end(), end);
+  self->set_name(std::string_view(name, std::size_t(end - name)));
+}
+
 // Parameters are destroyed in reverse order: the handler's frame (which may refer to the
 // message) before the claim that destroys the envelope.
 task<void> run_awaiting_handler(awaiting_claim claim, task<void> handler) {
@@ -84,6 +100,7 @@ task<void> run_awaiting_handler(awaiting_claim claim, task<void> handler) {
   {
     std::optional<std::stop_callback<cancel_task>> on_kill;
     kill_on_request(claim.cell(), on_kill);
+    name_for_snapshots(claim.cell());
     task<void> body = std::move(handler);  // a local: gone before hand_back
     try {
       co_await std::move(body);

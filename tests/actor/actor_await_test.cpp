@@ -264,4 +264,27 @@ TEST(ActorAwait, FourThreadsSendingToAwaitingActorsEveryMessageOnceOneAtATime) {
   EXPECT_EQ(overlaps.load(), 0);
 }
 
+// A handler suspended in its await shows in a snapshot as the actor's: a task named
+// "actor#N handler", waiting on what it awaits (warnings about it say so too).
+struct channel_waiter {
+  using message_type = int;
+  spindle::channel<int>* orders;
+  spindle::task<void> receive(int, actor_context<int>&) { (void)co_await orders->receive(); }
+};
+
+TEST(ActorAwait, ASuspendedHandlerIsNamedAfterItsActorInSnapshots) {
+  runtime rt({.workers = 2});
+  spindle::channel<int> orders(1);
+  auto ref = spawn_actor<channel_waiter>(rt, &orders);
+  ref.send(1);
+  const std::string name = "actor#" + std::to_string(ref.id()) + " handler";
+  ASSERT_TRUE(eventually([&] {
+    const spindle::runtime_snapshot snap = rt.snapshot();
+    const spindle::task_info* t = snap.find_task(name);
+    return t != nullptr && t->state == spindle::task_state::suspended &&
+           t->waiting_on.kind == spindle::wait_kind::channel_receive;
+  })) << "no suspended task named " << name;
+  orders.close();
+}
+
 }  // namespace

@@ -160,6 +160,8 @@ class spawned_task_base : public core::runnable {
   void set_name(std::string_view name) noexcept {
     if (record_ != nullptr) record_->set_name(name);
   }
+  // Whether snapshots see this task (diagnostics_options::records): a name worth formatting.
+  bool is_recorded() const noexcept { return record_ != nullptr; }
   bool cancellation_requested() const noexcept {
     // relaxed: a hint; an await that acts on it re-checks under the task lock.
     return cancelling(flags_.load(std::memory_order_relaxed));
