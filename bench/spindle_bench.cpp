@@ -9,6 +9,10 @@
 //                                                figures, one line each (bench/workloads/
 //                                                mixed.cpp has the format and the names;
 //                                                default all). Not part of `all`: 10-30 s.
+//   spindle-bench chameneos <meetings> <threads>  Savina's chameneos and big (bench/workloads/
+//   spindle-bench big <pings> <threads>           savina.hpp: the definitions, the parameters;
+//                                                bench/peers/run_savina.py: beside CAF, Go,
+//                                                Erlang)
 //
 // Each line: `spindle <workload> <param> <threads> <seconds> result=<value>` where a wrong result
 // is marked (WRONG), so ../shared/peers/run can put spindle beside the peers.
@@ -37,6 +41,7 @@
 #include "spindle/net/net.hpp"
 #include "spindle/net/resolve.hpp"
 #include "spindle/spindle.hpp"
+#include "workloads/savina.hpp"
 
 namespace spindle_bench {
 // bench/workloads/mixed.cpp; `only`: the scenarios to run by name (empty: all, and coarse).
@@ -467,6 +472,23 @@ measurement run_skynet_actors(long leaves, int threads) {
   return {seconds_since(start), result, leaves * (leaves - 1) / 2};
 }
 
+// chameneos, big: Savina's (bench/workloads/savina.cpp).
+measurement run_chameneos(long meetings, int threads) {
+  spindle::runtime rt(bench_options(threads));
+  spindle_bench::chameneos_round(rt, meetings / 10);  // warm-up
+  const auto start = bench_clock::now();
+  const long result = spindle_bench::chameneos_round(rt, meetings);
+  return {seconds_since(start), result, meetings};
+}
+
+measurement run_big(long pings, int threads) {
+  spindle::runtime rt(bench_options(threads));
+  spindle_bench::big_round(rt, pings / 10);  // warm-up
+  const auto start = bench_clock::now();
+  const long result = spindle_bench::big_round(rt, pings);
+  return {seconds_since(start), result, pings};
+}
+
 // idle-actors: N actors with no state, spawned and left idle; reports the resident memory they
 // add (target: at most 256 bytes per idle actor). The time is that of spawning them all from a
 // task on one worker.
@@ -851,6 +873,8 @@ const std::map<std::string, workload>& workloads() {
       {"pingpong-await", {&run_pingpong_await, 1000000}},
       {"ring", {&run_ring, 1000000}},
       {"skynet-actors", {&run_skynet_actors, 1000000}},
+      {"chameneos", {&run_chameneos, 200000}},
+      {"big", {&run_big, 1000000}},
       {"fib-spawn", {&run_fib_spawned, 30}},
       {"idle-actors", {&run_idle_actors, 1000000}},
       {"reduce", {&run_reduce, 100000000}},
