@@ -472,21 +472,41 @@ measurement run_skynet_actors(long leaves, int threads) {
   return {seconds_since(start), result, leaves * (leaves - 1) / 2};
 }
 
-// chameneos, big: Savina's (bench/workloads/savina.cpp).
-measurement run_chameneos(long meetings, int threads) {
-  spindle::runtime rt(bench_options(threads));
-  spindle_bench::chameneos_round(rt, meetings / 10);  // warm-up
-  const auto start = bench_clock::now();
-  const long result = spindle_bench::chameneos_round(rt, meetings);
-  return {seconds_since(start), result, meetings};
+// SPINDLE_BENCH_STATISTICS=1: per-executor actor wheel counters on stderr (warm-up included).
+void print_actor_statistics(spindle::runtime& rt) {
+  spindle::actor_system& system = spindle::actors_of(rt);
+  for (std::uint32_t i = 0; i < rt.core().executor_count(); ++i) {
+    const spindle::actor_scheduler* wheel = system.find_scheduler(i);
+    if (wheel == nullptr) continue;
+    const auto& s = wheel->stats();
+    std::fprintf(stderr,
+                 "actors on executor %u: runs=%llu messages=%llu migrations in=%llu out=%llu "
+                 "segments=%llu\n",
+                 i, (unsigned long long)s.actor_runs.load(), (unsigned long long)s.messages_handled.load(),
+                 (unsigned long long)s.migrations_in.load(), (unsigned long long)s.migrations_out.load(),
+                 (unsigned long long)s.segments_turned.load());
+  }
 }
 
-measurement run_big(long pings, int threads) {
+// chameneos, big: Savina's (bench/workloads/savina.cpp).
+template <long (*Round)(spindle::runtime&, long)>
+measurement run_savina(long param, int threads) {
   spindle::runtime rt(bench_options(threads));
-  spindle_bench::big_round(rt, pings / 10);  // warm-up
+  Round(rt, param / 10);  // warm-up
   const auto start = bench_clock::now();
-  const long result = spindle_bench::big_round(rt, pings);
-  return {seconds_since(start), result, pings};
+  const long result = Round(rt, param);
+  const measurement m{seconds_since(start), result, param};
+  if (std::getenv("SPINDLE_BENCH_STATISTICS") != nullptr) {
+    print_executor_statistics(rt);
+    print_actor_statistics(rt);
+  }
+  return m;
+}
+measurement run_chameneos(long meetings, int threads) {
+  return run_savina<&spindle_bench::chameneos_round>(meetings, threads);
+}
+measurement run_big(long pings, int threads) {
+  return run_savina<&spindle_bench::big_round>(pings, threads);
 }
 
 // idle-actors: N actors with no state, spawned and left idle; reports the resident memory they

@@ -119,7 +119,9 @@ behavior big_worker(stateful_actor<worker_state>* self, int32_t index, int64_t p
                     const std::vector<actor>* neighbours, actor sink) {
   self->state.random = uint32_t(index);
   return {
-      [=](ping_atom, int32_t sender) { self->send((*neighbours)[size_t(sender)], pong_atom::value, index); },
+      [=](ping_atom, int32_t sender) {
+        self->send((*neighbours)[size_t(sender)], pong_atom::value, index);
+      },
       [=](pong_atom, int32_t sender) {
         auto& s = self->state;
         if (sender != s.pinged) s.wrong_pong = true;
@@ -198,7 +200,7 @@ int main(int argc, char** argv) {
   int64_t result = 0;
   run_once(sys, workload, param / 10, result);  // warm-up
   const double seconds = run_once(sys, workload, param, result);
-  std::printf("caf-actor %s %lld %d %.6f result=%lld%s\n", workload.c_str(), (long long)param, threads,
-              seconds, (long long)result, result == param ? "" : "(WRONG)");
+  std::printf("caf-actor %s %lld %d %.6f result=%lld%s\n", workload.c_str(), (long long)param,
+              threads, seconds, (long long)result, result == param ? "" : "(WRONG)");
   return result == param ? 0 : 1;
 }

@@ -53,7 +53,8 @@ def implementations(out, spindle, also):
         ("spindle", f"{spindle} {{w}} {{p}} {{t}}"),
         ("caf", f"{out}/caf_savina {{w}} {{p}} {{t}}"),
         ("go", f"env GOMAXPROCS={{t}} {out}/go_savina {{w}} {{p}}"),
-        ("erlang", f"erl -noshell +P 4000000 +S {{t}}:{{t}} -pa {out} -run savina_bench main {{w}} {{p}}"),
+        ("erlang", f"erl -noshell +P 4000000 +S {{t}}:{{t}} -pa {out} "
+                   "-run savina_bench main {w} {p}"),
     ]
     for spec in also:
         name, _, template = spec.partition("=")
@@ -81,15 +82,19 @@ def run_one(cmd, workload, timeout):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-t", default="2,1", help="thread counts, comma-separated")
     ap.add_argument("-w", default="chameneos,big", help="workloads, comma-separated")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--param", action="append", default=[], help="W=P overrides the default parameter")
-    ap.add_argument("--spindle", default=None, help="spindle-bench to run (default: build/release's, built)")
+    ap.add_argument("--param", action="append", default=[],
+                    help="W=P overrides the default parameter")
+    ap.add_argument("--spindle", default=None,
+                    help="spindle-bench to run (default: build/release's, built)")
     ap.add_argument("--also", action="append", default=[],
-                    help="NAME='CMD {w} {p} {t}': another implementation (e.g. another spindle-bench)")
-    ap.add_argument("--build-dir", default=os.environ.get("SAVINA_BUILD", "/tmp/spindle-savina-build"))
+                    help="NAME='CMD {w} {p} {t}': one more implementation (another spindle-bench)")
+    ap.add_argument("--build-dir",
+                    default=os.environ.get("SAVINA_BUILD", "/tmp/spindle-savina-build"))
     ap.add_argument("--no-build", action="store_true", help="use what --build-dir already holds")
     ap.add_argument("--timeout", type=int, default=300)
     args = ap.parse_args()
@@ -111,7 +116,8 @@ def main():
             notes = {name: "" for name, _ in impls}
             for _ in range(args.repeat):
                 for name, template in impls:
-                    secs, why = run_one(template.format(w=workload, p=p, t=threads), workload, args.timeout)
+                    command = template.format(w=workload, p=p, t=threads)
+                    secs, why = run_one(command, workload, args.timeout)
                     if secs is None:
                         notes[name] = why
                         failed = True
@@ -121,15 +127,16 @@ def main():
             base = medians.get("spindle")
             print(f"## {workload} {p}, {threads} thread{'s' if threads > 1 else ''} "
                   f"(median of {args.repeat}, interleaved; ratio: time / spindle's)")
-            print(f"  {'implementation':16s} {'median':>10s} {'min':>10s} {'max':>10s} {'ratio':>8s}")
+            header = ("implementation", "median", "min", "max", "ratio")
+            print("  {:16s} {:>10s} {:>10s} {:>10s} {:>8s}".format(*header))
             for name, _ in sorted(impls, key=lambda i: medians.get(i[0], 1e18)):
                 ts = times[name]
                 if not ts:
                     print(f"  {name:16s} {'-':>10s} {'-':>10s} {'-':>10s} {'-':>8s}  {notes[name]}")
                     continue
                 ratio = f"{medians[name] / base:7.2f}x" if base else "-"
-                print(f"  {name:16s} {medians[name]:9.4f}s {min(ts):9.4f}s {max(ts):9.4f}s {ratio:>8s}"
-                      f"  {notes[name]}")
+                print(f"  {name:16s} {medians[name]:9.4f}s {min(ts):9.4f}s {max(ts):9.4f}s "
+                      f"{ratio:>8s}  {notes[name]}")
             sys.stdout.flush()
     return 1 if failed else 0
 

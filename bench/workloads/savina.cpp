@@ -18,6 +18,8 @@
 #include "workloads/savina.hpp"
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,24 @@
 
 namespace spindle_bench {
 namespace {
+
+// Where the round spawns actor number `i` (the mall or sink is -1): by default on the round's
+// worker, free to migrate (spawn_actor_here's placement). SPINDLE_BENCH_SAVINA_PLACEMENT=spread
+// (an analysis knob, docs/design/benchmarks.md): pinned, round-robin over the executors, the
+// mall or sink on executor 0 (a static, balanced placement without migration).
+spindle::spawn_options placement(int i) {
+  static const bool spread = [] {
+    const char* value = std::getenv("SPINDLE_BENCH_SAVINA_PLACEMENT");
+    return value != nullptr && std::string_view(value) == "spread";
+  }();
+  spindle::spawn_options options;
+  if (spread) {
+    const std::uint32_t executors = spindle::current_actor_system()->core().executor_count();
+    options.executor = std::uint32_t(i < 0 ? 0 : i) % executors;
+    options.pinned = true;
+  }
+  return options;
+}
 
 // --- chameneos ---------------------------------------------------------------------------------
 
@@ -125,10 +145,10 @@ struct creature_actor {
 
 spindle::task<long> chameneos_program(long meetings) {
   auto [to_result, result] = spindle::oneshot<long>();
-  const auto mall = spindle::spawn_actor_here<mall_actor>({}, meetings, chameneos_creatures,
-                                                          std::move(to_result));
+  const auto mall = spindle::spawn_actor_here<mall_actor>(
+      placement(-1), meetings, chameneos_creatures, std::move(to_result));
   for (int i = 0; i < chameneos_creatures; ++i) {
-    spindle::spawn_actor_here<creature_actor>({}, mall, colour(i % 3));
+    spindle::spawn_actor_here<creature_actor>(placement(i), mall, colour(i % 3));
   }
   co_return co_await std::move(result);
 }
@@ -190,12 +210,14 @@ struct big_sink {
 
 spindle::task<long> big_program(long pings) {
   auto [to_result, result] = spindle::oneshot<long>();
-  const auto sink = spindle::spawn_actor_here<big_sink>({}, big_workers, std::move(to_result));
+  const auto sink =
+      spindle::spawn_actor_here<big_sink>(placement(-1), big_workers, std::move(to_result));
   std::vector<big_ref> workers;
   workers.reserve(big_workers);
   for (std::int32_t i = 0; i < big_workers; ++i) {
     const long share = pings / big_workers + (i < pings % big_workers ? 1 : 0);
-    workers.push_back(spindle::spawn_actor_here<big_worker>({}, i, share, &workers, sink));
+    workers.push_back(
+        spindle::spawn_actor_here<big_worker>(placement(i), i, share, &workers, sink));
   }
   for (const big_ref& worker : workers) {
     worker.send(big_message{big_message::kind::pong, kick_off});
