@@ -34,9 +34,10 @@
 //
 // Timing (both, every implementation): the warm-up round is a tenth of N; the timed round starts
 // before the actors are spawned and ends when the result is back, so it includes spawning the
-// actors (101 or 1,001 of them: a few hundred microseconds at most). Parameters for a 2-core
-// machine: chameneos 200,000 (Savina's default meeting count; spindle ~0.1 s, the peers
-// 0.2-1 s) and big 1,000,000 pings (spindle ~0.1 s, the peers 0.3-1.5 s).
+// actors (101 or 1,001 of them: a few hundred microseconds at most). Default parameters, for a
+// 2-core machine: chameneos 200,000 (Savina's default meeting count; on 1-2 workers spindle
+// 0.03-0.1 s, Go and Erlang 0.1-0.5 s, CAF 0.5-1 s) and big 1,000,000 pings (spindle
+// 0.1-0.3 s, Go 0.4-0.7 s, CAF and Erlang 1-2.5 s); figures in docs/design/benchmarks.md.
 #pragma once
 
 namespace spindle {
