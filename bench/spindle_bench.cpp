@@ -9,6 +9,10 @@
 //                                                figures, one line each (bench/workloads/
 //                                                mixed.cpp has the format and the names;
 //                                                default all). Not part of `all`: 10-30 s.
+//   spindle-bench chameneos <meetings> <threads>  Savina's chameneos and big (bench/workloads/
+//   spindle-bench big <pings> <threads>           savina.hpp: the definitions, the parameters;
+//                                                bench/peers/run_savina.py: beside CAF, Go,
+//                                                Erlang)
 //
 // Each line: `spindle <workload> <param> <threads> <seconds> result=<value>` where a wrong result
 // is marked (WRONG), so ../shared/peers/run can put spindle beside the peers.
@@ -37,6 +41,7 @@
 #include "spindle/net/net.hpp"
 #include "spindle/net/resolve.hpp"
 #include "spindle/spindle.hpp"
+#include "workloads/savina.hpp"
 
 namespace spindle_bench {
 // bench/workloads/mixed.cpp; `only`: the scenarios to run by name (empty: all, and coarse).
@@ -467,6 +472,43 @@ measurement run_skynet_actors(long leaves, int threads) {
   return {seconds_since(start), result, leaves * (leaves - 1) / 2};
 }
 
+// SPINDLE_BENCH_STATISTICS=1: per-executor actor wheel counters on stderr (warm-up included).
+void print_actor_statistics(spindle::runtime& rt) {
+  spindle::actor_system& system = spindle::actors_of(rt);
+  for (std::uint32_t i = 0; i < rt.core().executor_count(); ++i) {
+    const spindle::actor_scheduler* wheel = system.find_scheduler(i);
+    if (wheel == nullptr) continue;
+    const auto& s = wheel->stats();
+    std::fprintf(stderr,
+                 "actors on executor %u: runs=%llu messages=%llu migrations in=%llu out=%llu "
+                 "segments=%llu\n",
+                 i, (unsigned long long)s.actor_runs.load(), (unsigned long long)s.messages_handled.load(),
+                 (unsigned long long)s.migrations_in.load(), (unsigned long long)s.migrations_out.load(),
+                 (unsigned long long)s.segments_turned.load());
+  }
+}
+
+// chameneos, big: Savina's (bench/workloads/savina.cpp).
+template <long (*Round)(spindle::runtime&, long)>
+measurement run_savina(long param, int threads) {
+  spindle::runtime rt(bench_options(threads));
+  Round(rt, param / 10);  // warm-up
+  const auto start = bench_clock::now();
+  const long result = Round(rt, param);
+  const measurement m{seconds_since(start), result, param};
+  if (std::getenv("SPINDLE_BENCH_STATISTICS") != nullptr) {
+    print_executor_statistics(rt);
+    print_actor_statistics(rt);
+  }
+  return m;
+}
+measurement run_chameneos(long meetings, int threads) {
+  return run_savina<&spindle_bench::chameneos_round>(meetings, threads);
+}
+measurement run_big(long pings, int threads) {
+  return run_savina<&spindle_bench::big_round>(pings, threads);
+}
+
 // idle-actors: N actors with no state, spawned and left idle; reports the resident memory they
 // add (target: at most 256 bytes per idle actor). The time is that of spawning them all from a
 // task on one worker.
@@ -851,6 +893,8 @@ const std::map<std::string, workload>& workloads() {
       {"pingpong-await", {&run_pingpong_await, 1000000}},
       {"ring", {&run_ring, 1000000}},
       {"skynet-actors", {&run_skynet_actors, 1000000}},
+      {"chameneos", {&run_chameneos, 200000}},
+      {"big", {&run_big, 1000000}},
       {"fib-spawn", {&run_fib_spawned, 30}},
       {"idle-actors", {&run_idle_actors, 1000000}},
       {"reduce", {&run_reduce, 100000000}},

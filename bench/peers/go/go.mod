@@ -1,0 +1,3 @@
+module savina
+
+go 1.19
