@@ -576,6 +576,8 @@ bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
   if (cell->pinned || cell->runs_since_migration < actor_detail::migration_cooldown_runs) {
     return false;
   }
+  // And a time slice since it last moved (header, "Migration": chatty actors thrashed).
+  if (core_.coarse_now_ns() - cell->migrated_at_ns < time_slice_ns_) return false;
   // relaxed: a hint; an actor starting I/O does so while running, on this thread.
   if (cell->io_in_flight.load(std::memory_order_relaxed) != 0) return false;
   // It moves only if queued here + w >= queued there + 2 w (below), which needs at least its
@@ -628,6 +630,7 @@ void actor_scheduler::hand_over(actor_cell* cell, std::uint32_t target,
   remove_homed(cell);
   cell->where = placement::migrating;
   cell->runs_since_migration = 0;
+  cell->migrated_at_ns = core_.coarse_now_ns();
   // release: the target's adopt reads the actor's owner-only fields after the message's own
   // synchronisation; home is read by later routers.
   cell->home.store(target, std::memory_order_release);

@@ -518,4 +518,46 @@ TEST(ActorTimeSliceMigration, ChattyPairOnAnIdleRuntimeStaysTogether) {
   EXPECT_EQ(pair[1].home_executor(), 0u);
 }
 
+// Many chatty actors (Savina's big: tokens hop between 100 actors at random) on two workers:
+// their queued work swings past each other's at nearly every wake, and with a cooldown in runs
+// alone every actor moved as often as it allowed (a migration every 4 runs). An actor moves at
+// most once per time slice: at most one migration per actor per millisecond of the run (plus
+// its first), whatever the machine's speed.
+struct random_hopper {
+  using message_type = int;
+  const std::vector<actor_ref<int>>* all;
+  std::atomic<long>* tokens_done;
+  std::uint32_t random_state;
+  void receive(int hops_left) {
+    if (hops_left == 0) {
+      tokens_done->fetch_add(1);
+      return;
+    }
+    random_state = random_state * 1664525u + 1013904223u;
+    (*all)[(random_state >> 8) % all->size()].send(hops_left - 1);
+  }
+};
+
+TEST(ActorTimeSliceMigration, ManyChattyActorsMoveAtMostOncePerTimeSlice) {
+  runtime rt({.workers = 2});
+  constexpr int actors = 100, tokens = 200;
+  const int hops = spindle::testing::under_tsan ? 200 : 2'000;
+  std::vector<actor_ref<int>> all(actors);
+  std::atomic<long> done{0};
+  for (int i = 0; i < actors; ++i) {
+    all[std::size_t(i)] = spawn_actor<random_hopper>(rt, &all, &done, std::uint32_t(i + 1));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  for (int t = 0; t < tokens; ++t) all[std::size_t(t % actors)].send(hops);
+  ASSERT_TRUE(eventually([&] { return done.load() == tokens; }, hang));
+  const double elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  auto& system = spindle::actors_of(rt);
+  const std::uint64_t moved = system.scheduler(0).stats().migrations_out.load() +
+                              system.scheduler(1).stats().migrations_out.load();
+  const double slice_ms = double(system.time_slice_ns()) / 1e6;
+  EXPECT_LE(double(moved), actors * (elapsed_ms / slice_ms + 2))
+      << moved << " migrations in " << elapsed_ms << " ms";
+}
+
 }  // namespace

@@ -233,6 +233,7 @@ struct actor_cell {
   // Moving average of its run time (coarse clock): its CPU demand per run, for migration.
   std::uint32_t cost_ns = 0;
   std::uint32_t runs_since_migration = 0;
+  std::uint64_t migrated_at_ns = 0;  // coarse clock at its last move (owner-only, travels with it)
   placement where = placement::idle;
   bool homed = false;            // in its home scheduler's list of actors
   bool ever_homed = false;       // some scheduler homed it once (stale spawn adopts are ignored)

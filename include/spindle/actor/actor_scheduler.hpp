@@ -81,7 +81,12 @@
 //       queued here + w >= queued there + 2 w
 // (hysteresis: after the move the target holds no more than the source did, so moving back
 // does not pay; with less than w queued here nothing is sampled), the actor is not pinned, has no I/O in flight and ran at least
-// `migration_cooldown_runs` times since it last moved. The handover is an inter-executor
+// `migration_cooldown_runs` times and for a time slice (coarse clock) since it last moved. The
+// time part is for chatty actors: hundreds of them, each run a message of a microsecond, make
+// the queued work of two wheels swing past each other at nearly every wake, and with a
+// cooldown in runs alone every actor moved as often as it allowed (Savina's chameneos and big
+// on 2 workers: 111k migrations in 452k runs, 290k in 1.27M, slower than on 1 worker;
+// docs/design/benchmarks.md). A hungry actor's 4 runs take a time slice anyway. The handover is an inter-executor
 // message (M1): the receiving executor schedules it N segments forward (or at once if it was
 // woken).
 //
