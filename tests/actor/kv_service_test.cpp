@@ -1,9 +1,10 @@
 // The OTP-style example service (examples/kv_service/) run in-process and driven by clients on
 // plain threads with blocking sockets: the protocol answers as protocol.hpp says, an idle
 // session is closed by its own timer (virtual time), a full sessions' supervisor refuses, and
-// under load, with sessions, store shards and the sessions' supervisor killed at random, every
-// promise of protocol.hpp holds: acknowledged writes are never lost, every reply is one the
-// client's history allows, nobody hangs, and no descriptor, actor or cell is left behind.
+// under load (on each I/O backend), with sessions, store shards and the sessions' supervisor
+// killed at random, every promise of protocol.hpp holds: acknowledged writes are never lost,
+// every reply is one the client's history allows, nobody hangs, and no descriptor, actor or
+// cell is left behind.
 //
 // Nothing sleeps to synchronise: a client waits for a reply with poll(), bounded by `patience`,
 // which only turns a hang into a failure.
@@ -146,9 +147,20 @@ std::uint64_t live_actors(spindle::runtime& rt) {
   return sum;
 }
 
-// Every child of the tree started and registered (shards, counter, sessions' supervisor).
-bool tree_is_up(spindle::runtime& rt, std::size_t shards) {
-  return spindle::registered_names(rt).size() == shards + 2;
+// The tree's child `name` now (empty while it is being restarted), asked from a plain thread.
+spindle::actor_handle child_of(const spindle::supervisor_ref& tree, std::string name) {
+  auto [reply, answer] = spindle::oneshot<spindle::actor_handle>();
+  spindle::supervisor_message query(spindle::supervisor_query{
+      std::move(name), spindle::reply_to<spindle::actor_handle>(std::move(reply))});
+  if (tree.send(std::move(query)) != spindle::send_result::queued) return {};
+  return spindle::testing::receive_within(std::move(answer));
+}
+
+// Every child of the tree started: the registered ones (shards, counter, sessions' supervisor)
+// and the acceptor, which starts last.
+bool tree_is_up(spindle::runtime& rt, const kv::server& server, std::size_t shards) {
+  return spindle::registered_names(rt).size() == shards + 2 &&
+         bool(child_of(server.supervisor(), "acceptor"));
 }
 
 kv::server_options options_for_tests() {
@@ -294,6 +306,7 @@ struct load_figures {
   std::atomic<std::uint64_t> partial_lines{0};
   std::atomic<std::uint64_t> session_kills{0};
   std::atomic<std::uint64_t> shard_kills{0};
+  std::atomic<std::uint64_t> acceptor_kills{0};
   std::atomic<std::uint64_t> supervisor_kills{0};
 };
 
@@ -431,11 +444,12 @@ class load_client {
 };
 
 // Kills a random session each `every` completed requests; every 10th round a random store
-// shard instead, and at one round the sessions' supervisor (every session ends; the tree
-// restarts it and the acceptor).
-void kill_at_random(spindle::runtime& rt, std::size_t shards, std::uint64_t every,
-                    const std::atomic<std::uint64_t>& completed, const std::atomic<bool>& done,
-                    load_figures& figures) {
+// shard instead, every 10th + 5 the acceptor (in accept: a connection may be accepted as it is
+// cancelled), and at one round the sessions' supervisor (every session ends; the tree restarts
+// it, and the acceptor after it).
+void kill_at_random(spindle::runtime& rt, const spindle::supervisor_ref& tree, std::size_t shards,
+                    std::uint64_t every, const std::atomic<std::uint64_t>& completed,
+                    const std::atomic<bool>& done, load_figures& figures) {
   std::mt19937 random(2024);
   std::uint64_t next = every;
   for (std::uint64_t round = 1;; ++round) {
@@ -448,6 +462,11 @@ void kill_at_random(spindle::runtime& rt, std::size_t shards, std::uint64_t ever
       if (auto sessions = spindle::whereis(rt, kv::sessions_name)) {
         sessions.kill();
         figures.supervisor_kills.fetch_add(1);
+      }
+    } else if (round % 10 == 5) {
+      if (auto acceptor = child_of(tree, "acceptor")) {
+        acceptor.kill();
+        figures.acceptor_kills.fetch_add(1);
       }
     } else if (round % 10 == 0) {
       if (auto shard = spindle::whereis(rt, kv::shard_name(random() % shards))) {
@@ -468,15 +487,20 @@ void kill_at_random(spindle::runtime& rt, std::size_t shards, std::uint64_t ever
   }
 }
 
-TEST(KvService, KillingSessionsShardsAndTheirSupervisorLosesNothingAcknowledged) {
+// On each I/O backend: the sessions' reads, writes and cancellations are the reactor's.
+class KvServiceLoad : public ::testing::TestWithParam<spindle::core::io_backend> {};
+
+TEST_P(KvServiceLoad, KillingSessionsShardsAndTheirSupervisorLosesNothingAcknowledged) {
   using spindle::testing::under_asan;
   using spindle::testing::under_tsan;
-  const int clients = under_tsan ? 12 : under_asan ? 24 : 50;
-  const int requests_each = under_tsan ? 80 : under_asan ? 150 : 300;
+  const int clients = under_tsan ? 16 : under_asan ? 24 : 50;
+  const int requests_each = under_tsan ? 150 : under_asan ? 150 : 300;
   const int keys_each = 4;
   const std::uint64_t kill_every = std::uint64_t(clients) * std::uint64_t(requests_each) / 150;
 
-  spindle::runtime rt({.workers = 3});
+  const std::unique_ptr<spindle::runtime> owned = spindle::testing::runtime_on(GetParam(), 3);
+  if (!owned) GTEST_SKIP() << "no epoll backend on this kernel";
+  spindle::runtime& rt = *owned;
   const std::uint64_t cells_before = spindle::actor_system::live_cells();
   const std::uint64_t actors_before = live_actors(rt);
   const int descriptors_before = spindle::testing::open_descriptor_count();
@@ -484,11 +508,17 @@ TEST(KvService, KillingSessionsShardsAndTheirSupervisorLosesNothingAcknowledged)
     kv::server_options options = options_for_tests();
     kv::server server(rt, options);
     const std::uint16_t port = server.local_endpoint().port();
-    ASSERT_TRUE(eventually([&] { return tree_is_up(rt, options.session.store_shards); }, patience));
-    const std::uint64_t cells_with_server = spindle::actor_system::live_cells();
-    const std::uint64_t actors_with_server = live_actors(rt);
-    const int descriptors_with_server = spindle::testing::open_descriptor_count();
-    EXPECT_EQ(descriptors_with_server, descriptors_before + 1);  // the listener
+    ASSERT_TRUE(eventually([&] { return tree_is_up(rt, server, options.session.store_shards); },
+                           patience));
+    // The idle server: the tree's actors (kv, the shards, stats, sessions, acceptor), each
+    // with its cell, and the listener's descriptor.
+    const std::uint64_t tree_size = options.session.store_shards + 4;
+    const std::uint64_t cells_with_server = cells_before + tree_size;
+    const std::uint64_t actors_with_server = actors_before + tree_size;
+    const int descriptors_with_server = descriptors_before + 1;
+    EXPECT_TRUE(eventually([&] { return live_actors(rt) == actors_with_server; }, patience));
+    EXPECT_EQ(spindle::actor_system::live_cells(), cells_with_server);
+    EXPECT_EQ(spindle::testing::open_descriptor_count(), descriptors_with_server);
 
     load_figures figures;
     std::atomic<std::uint64_t> completed{0};
@@ -498,7 +528,8 @@ TEST(KvService, KillingSessionsShardsAndTheirSupervisorLosesNothingAcknowledged)
       load.push_back(std::make_unique<load_client>(c, port, keys_each, figures));
     }
     const auto started = clock_type::now();
-    std::thread killer(kill_at_random, std::ref(rt), options.session.store_shards, kill_every,
+    std::thread killer(kill_at_random, std::ref(rt), std::cref(server.supervisor()),
+                       options.session.store_shards, kill_every,
                        std::cref(completed), std::cref(clients_done), std::ref(figures));
     std::vector<std::thread> threads;
     std::vector<char> passed(std::size_t(clients), 0);
@@ -523,19 +554,22 @@ TEST(KvService, KillingSessionsShardsAndTheirSupervisorLosesNothingAcknowledged)
       }
     }
     std::printf(
-        "kv_service load: %d clients, %llu requests in %.2f s (%.0f/s), %llu writes "
+        "kv_service load (%s): %d clients, %llu requests in %.2f s (%.0f/s), %llu writes "
         "acknowledged; %llu unavailable, %llu busy, %llu closes (%llu mid-line); killed %llu "
-        "sessions, %llu shards, %llu sessions' supervisors\n",
-        clients, (unsigned long long)figures.requests.load(), seconds,
+        "sessions, %llu shards, %llu acceptors, %llu sessions' supervisors\n",
+        GetParam() == spindle::core::io_backend::uring ? "uring" : "epoll", clients,
+        (unsigned long long)figures.requests.load(), seconds,
         double(figures.requests.load()) / seconds,
         (unsigned long long)figures.acknowledged_writes.load(),
         (unsigned long long)figures.unavailable.load(), (unsigned long long)figures.busy.load(),
         (unsigned long long)figures.closes.load(), (unsigned long long)figures.partial_lines.load(),
         (unsigned long long)figures.session_kills.load(),
         (unsigned long long)figures.shard_kills.load(),
+        (unsigned long long)figures.acceptor_kills.load(),
         (unsigned long long)figures.supervisor_kills.load());
     EXPECT_GT(figures.session_kills.load(), 0u);
     EXPECT_GT(figures.shard_kills.load(), 0u);
+    EXPECT_GT(figures.acceptor_kills.load(), 0u);
     EXPECT_EQ(figures.supervisor_kills.load(), 1u);
     EXPECT_GT(figures.acknowledged_writes.load(), 0u);
 
@@ -560,5 +594,10 @@ TEST(KvService, KillingSessionsShardsAndTheirSupervisorLosesNothingAcknowledged)
     return spindle::testing::open_descriptor_count() == descriptors_before;
   }, patience));
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, KvServiceLoad,
+                         ::testing::Values(spindle::core::io_backend::uring,
+                                           spindle::core::io_backend::epoll),
+                         spindle::testing::backend_name);
 
 }  // namespace kv_service_test
