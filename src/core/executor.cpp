@@ -121,6 +121,19 @@ executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& cloc
       reactor_(make_reactor(core.options().io_backend, core.options().reactor)),
       random_state_(0x9e3779b9u * (index + 1) ^ std::uint32_t(reinterpret_cast<std::uintptr_t>(this))) {
   if (random_state_ == 0) random_state_ = 1;
+  timers_.set_arm_hook(&executor::timer_armed, this);
+}
+
+void executor::timer_armed(void* self) noexcept {
+  auto* armed_on = static_cast<executor*>(self);
+  // Armed by this executor's own thread: it computes its park timeout after, from the wheel.
+  if (current() == armed_on) return;
+  // Another thread: the entry is in the wheel (the service mutex was released after the
+  // insert). seq_cst fence: pairs with the parker's, as for work (runtime_core::schedule_on):
+  // either it registered as a sleeper before and we take it out and wake it, or it computes
+  // its timeout after and sees the entry.
+  fence_seq_cst();
+  if (armed_on->core_.cancel_park(armed_on->index_)) armed_on->parker().unpark();
 }
 
 

@@ -206,9 +206,12 @@ timer_entry* timer_wheel::pop_expired(clock_time now) noexcept {
 timer_service::timer_service(spindle::clock& source) : clock_(source), wheel_(source.now()) {}
 
 void timer_service::arm(timer_entry& entry, clock_time deadline) {
-  std::lock_guard lock(mutex_);
-  wheel_.remove(entry);
-  wheel_.insert(entry, deadline);
+  {
+    std::lock_guard lock(mutex_);
+    wheel_.remove(entry);
+    wheel_.insert(entry, deadline);
+  }
+  if (arm_hook_ != nullptr) arm_hook_(arm_hook_context_);
 }
 
 bool timer_service::disarm(timer_entry& entry) noexcept {

@@ -310,6 +310,8 @@ class executor {
  private:
   friend class runtime_core;
   friend class runtime_monitor;
+  // timer_service's arm hook: an arm from another thread wakes this executor if parked.
+  static void timer_armed(void* self) noexcept;
   // Worker thread, before its loop: binds to the placement's CPU when there is one.
   void bind_thread() noexcept;
   // Monitor: sends the ping signal if a ping is due (see "Pings"; `inside_ns`: how long the

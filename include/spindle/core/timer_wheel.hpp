@@ -45,7 +45,11 @@
 //   bound costs the caller one early expire, which cascades that slot and makes it exact again.
 //
 // Locking rule: a timer_service is owned by one executor, which alone calls fire_due(); any
-// thread may arm or disarm. All three take the service mutex, and fire callbacks run under it, so
+// thread may arm or disarm. An arm from another thread calls the owner's hook (set_arm_hook)
+// after inserting, so that an owner parked with a timeout computed before the insert wakes and
+// computes it again (an actor's send_after from a plain thread, a supervisor's alarm armed from
+// another executor: without it they fired at the owner's next wake-up, seconds late or never).
+// All three take the service mutex, and fire callbacks run under it, so
 // once disarm() returns the entry is neither in the wheel nor being fired: the entry's memory
 // (usually inside a suspended coroutine frame) may then be freed.
 //
@@ -174,8 +178,14 @@ class timer_service {
   explicit timer_service(spindle::clock& source);
   spindle::clock& clock() const noexcept { return clock_; }
 
-  // Any thread. Arms (or re-arms) the entry to fire at `deadline`.
+  // Any thread. Arms (or re-arms) the entry to fire at `deadline`; then, if a hook is set, calls
+  // it (outside the mutex): the owner decides whether the calling thread is its own.
   void arm(timer_entry& entry, clock_time deadline);
+  // Before any arm: `hook(context)` runs after every arm (the owning executor's wake-up).
+  void set_arm_hook(void (*hook)(void* context) noexcept, void* context) noexcept {
+    arm_hook_ = hook;
+    arm_hook_context_ = context;
+  }
   // Any thread. True if the entry was armed and now will not fire; false if it was not armed
   // (never armed, or already fired: its fire callback has completed).
   bool disarm(timer_entry& entry) noexcept;
@@ -197,6 +207,8 @@ class timer_service {
   // arm again (linked through next_: they are in no slot list then).
   clock_time firing_now_{};
   timer_entry* repeating_ = nullptr;
+  void (*arm_hook_)(void* context) noexcept = nullptr;  // set before use, then read-only
+  void* arm_hook_context_ = nullptr;
 };
 
 }  // namespace spindle::core
