@@ -622,6 +622,7 @@ actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
     throw;
   }
   adopt_mode mode = adopt_mode::idle;
+  bool listed = false;
   try {
     if constexpr (requires(B& b, actor_context<typename B::message_type>& c) { b.on_start(c); }) {
       // Queued before anyone can see the actor: it starts Runnable, no wake needed.
@@ -629,8 +630,16 @@ actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
       cell->state.store(actor_state::runnable, std::memory_order_relaxed);  // relaxed: unpublished
       mode = adopt_mode::spawned_runnable;
     }
+    // Listed, and the returned ref's reference taken, before `prepare`: a preparation that
+    // publishes the cell (spawn_registered's name) lets another thread wake it, run it and halt
+    // it before this returns; that halt must find it listed (its delist), and must not drop the
+    // last reference under us (the attack found a halted cell left in the directory, then freed).
+    cell->add_reference();  // the returned ref's; the system holds the first
+    system.enlist(cell);    // diagnostics: listed until it halts
+    listed = true;
     prepare(static_cast<actor_cell&>(*cell));
   } catch (...) {
+    if (listed) system.delist(cell);
     // relaxed: unpublished, this thread's own writes.
     if (envelope* start = cell->mailbox.load(std::memory_order_relaxed)) start->destroy(start);
     cell->behaviour().~B();
@@ -640,8 +649,6 @@ actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
     throw;
   }
   count_cell(+1);
-  cell->add_reference();  // the returned ref's; the system holds the first
-  system.enlist(cell);  // diagnostics: listed until it halts
   system.send_adopt(cell, home, mode);
   return actor_ref<typename B::message_type>::adopt(cell);
 }
