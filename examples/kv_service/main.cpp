@@ -23,8 +23,7 @@
 namespace {
 
 // Waits for SIGINT/SIGTERM, or for the tree to give up; 0 for a signal.
-spindle::task<int> serve(const kv::server& server) {
-  spindle::io::signal_set stop_signals({SIGINT, SIGTERM});
+spindle::task<int> serve(const kv::server& server, spindle::io::signal_set& stop_signals) {
   const auto first =
       co_await spindle::when_any(stop_signals.wait(), spindle::monitor_actor(server.supervisor()));
   co_return first.index() == 0 ? 0 : 1;
@@ -41,9 +40,12 @@ int main(int argc, char** argv) {
   }
   spindle::io::block_signals({SIGINT, SIGTERM});  // before the runtime's threads exist
   spindle::runtime rt({.workers = std::uint32_t(threads)});
+  // Its descriptor before the server's first accept: a flood of connections may take every
+  // descriptor the process has from then on.
+  spindle::io::signal_set stop_signals({SIGINT, SIGTERM});
   kv::server server(rt, {.address = spindle::net::endpoint::loopback_v4(std::uint16_t(port))});
   std::fprintf(stderr, "kv_service listening on %s\n", server.local_endpoint().to_string().c_str());
-  const int status = rt.block_on(serve(server));
+  const int status = rt.block_on(serve(server, stop_signals));
   server.stop();
   std::fprintf(stderr, "kv_service stopped\n");
   return status;

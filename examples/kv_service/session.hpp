@@ -231,11 +231,15 @@ class session {
         " commands=" + std::to_string(*commands) + "\n";
   }
 
-  // Writes one whole line; false if the client is gone.
+  // Writes one whole line; false if the client is gone, or has not taken it within the idle
+  // timeout (a client that sends and never reads would otherwise hold its session forever:
+  // the idle check is a message, and it waits behind this handler).
   spindle::task<bool> write_line(std::string line) {
     try {
-      co_await socket_->stream.write_all(line);
+      co_await socket_->stream.write_all(line, net::deadline::after(settings_.idle_timeout));
     } catch (const std::system_error&) {
+      co_return false;
+    } catch (const spindle::timeout_error&) {
       co_return false;
     }
     co_return true;

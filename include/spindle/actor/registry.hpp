@@ -254,7 +254,9 @@ namespace actor_detail {
 // spawn_registered's preparation: the name, taken before anyone can run the actor. whereis
 // may find the cell from then on, before its home has adopted it: a send then wakes it as it
 // would wake an actor spawned idle elsewhere (actor_scheduler::wake homes it; the late adopt
-// message is stale), the same window as a ref handed to another thread by spawn_actor.
+// message is stale), and it may even run and halt before spawn_registered returns; so
+// spawn_prepared lists the cell and takes the returned ref's reference before `prepare` (the
+// attack found a halted cell left listed, then freed, when that came after).
 struct name_preparation {
   actor_system& system;
   std::string_view name;
