@@ -132,6 +132,15 @@ struct actor_vtable {
   // Supervisors only (null otherwise): the children it runs, in the order they must stop.
   // Runtime shutdown halts them, depth first, before the supervisor (no worker runs then).
   void (*children_in_stop_order)(actor_cell& cell, std::vector<actor_cell*>& out);
+  // The behaviour says `static constexpr bool interleaves = true;`: its awaiting handlers let
+  // other messages in while they await (actor_await.hpp, "Interleaving").
+  bool interleaves;
+};
+
+// What ctx.become installed (actor_become.hpp); typed by the actor's message type, destroyed
+// with the behaviour.
+struct become_state_base {
+  virtual ~become_state_base() = default;
 };
 
 // Where the owner keeps the actor (owner-only).
@@ -247,6 +256,19 @@ struct actor_cell {
   bool handler_ended = false;
   std::exception_ptr handler_crash;
   void* awaiting_start = nullptr;  // the wrapper task's frame, prepared by handle, started by the run
+  // Interleaving behaviours (actor_await.hpp, "Interleaving"): handlers started and not yet
+  // ended. While it is not 0 the actor never halts: a halt waits (`halting`, its reason in
+  // halt_reason) for the handlers, cancelled, to unwind; `handler_ended` then asks the run's
+  // attention (the wake of the last handler's end).
+  std::uint32_t handlers_in_flight = 0;
+  bool halting = false;
+  // The stash (actor_stash.hpp): user envelopes put aside by ctx.stash, oldest first, linked
+  // through `next`; at most stash_capacity of them. Destroyed at halt (invariant X).
+  envelope* stash_head = nullptr;
+  envelope* stash_tail = nullptr;
+  std::uint32_t stash_capacity = 0;
+  // ctx.become's handlers (actor_become.hpp); null until the first become.
+  become_state_base* become = nullptr;
   // Mailbox growth (G4, diagnostics/warnings.hpp): the hysteresis of its backlog warning.
   diagnostics::warning_hub::mailbox_watch mailbox_watch;
   // Why it halts, when stop_requested; once Halted, why it halted: the owner writes it last
@@ -264,6 +286,7 @@ struct actor_cell {
   std::atomic<std::uint64_t> messages_handled{0};
   std::atomic<std::uint64_t> reductions_used{0};       // owner, added at the end of each run
   std::atomic<std::uint32_t> mailbox_high_water{0};    // owner, sampled when it takes its mailbox
+  std::atomic<std::uint32_t> stash_length{0};          // owner: envelopes in the stash
   std::atomic<actor_id> supervisor{0};                 // set by the supervisor that started it
   std::atomic<std::uint32_t> restarts{0};              // that child's starts before this one
   actor_cell* directory_previous = nullptr;  // links in the system's directory (its lock)
@@ -283,6 +306,11 @@ void count_cell(int delta) noexcept;
 send_result push_message(actor_cell& cell, envelope* message) noexcept;
 // Pushes a notification or control envelope, bypassing the capacity of bounded mailboxes.
 void push_system_message(actor_cell& cell, envelope* message) noexcept;
+// The owner's thread, outside a run (an interleaved handler's step, actor_await.hpp): the actor
+// has work that is not in its mailbox (unstashed messages, a handler's outcome); moves it out
+// of Receiving and wakes it, as a sender would (invariant W); nothing if it is not Receiving
+// (it is queued, or running, and its run sees the work).
+void wake_for_owner_work(actor_cell& cell) noexcept;
 // Registers `watcher` to be told when `target` halts; if it already has, the watcher gets the
 // notification (the target's final reason) at once. monitor_id 0 means a link (both
 // directions; a link that exists already is left as it is: links are a set).
