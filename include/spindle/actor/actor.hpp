@@ -515,36 +515,14 @@ struct typed_cell final : actor_cell {
     B& b = self.behaviour();
     context_type context(base);
     switch (message.kind) {
-      case envelope_kind::user: {
-        // The handler may take the message by value, rvalue, const or non-const reference.
-        auto& m = static_cast<user_envelope<message_type>&>(message).message;
-        if (base.become != nullptr) [[unlikely]] {
-          if (handle_by_become(self, message, m)) break;
+      case envelope_kind::user:
+        if (base.become_active) [[unlikely]] {
+          // Out of line and last: a tail call, so the plain path keeps no registers for it.
+          handle_by_become(self, message);
+          break;
         }
-        const auto receive = [&](context_type& c) -> decltype(auto) {
-          if constexpr (requires { b.receive(std::move(m), c); }) {
-            return b.receive(std::move(m), c);
-          } else if constexpr (requires { b.receive(m, c); }) {
-            return b.receive(m, c);
-          } else if constexpr (requires { b.receive(std::move(m)); }) {
-            return b.receive(std::move(m));
-          } else {
-            return b.receive(m);
-          }
-        };
-        using result = std::remove_cvref_t<decltype(receive(context))>;
-        static_assert(std::is_same_v<result, task<void>> || !is_task<result>,
-                      "spindle: an awaiting receive must return task<void> (its result would "
-                      "be dropped, and the coroutine never run)");
-        if constexpr (std::is_same_v<result, task<void>>) {
-          // A handler that awaits (actor_await.hpp): its task gets the cell's own context,
-          // which lives as long as the cell (the task holds a reference to it).
-          prepare_awaiting_handler(base, message, receive(self.handler_context));
-        } else {
-          receive(context);
-        }
+        receive_user(self, message);
         break;
-      }
       case envelope_kind::start:
         if constexpr (requires { b.on_start(context); }) {
           static_assert(!is_task<std::remove_cvref_t<decltype(b.on_start(context))>>,
@@ -579,19 +557,46 @@ struct typed_cell final : actor_cell {
         break;
     }
   }
-  // A become handler installed (actor_become.hpp): it handles `m`; false if the behaviour's
-  // own receive does (after an unbecome).
-  static bool handle_by_become(typed_cell& self, envelope& message, message_type& m) {
+  // A user message, to the behaviour's receive.
+  [[gnu::always_inline]] static inline void receive_user(typed_cell& self, envelope& message) {
+    B& b = self.behaviour();
+    // The handler may take the message by value, rvalue, const or non-const reference.
+    auto& m = static_cast<user_envelope<message_type>&>(message).message;
+    const auto receive = [&](context_type& c) -> decltype(auto) {
+      if constexpr (requires { b.receive(std::move(m), c); }) {
+        return b.receive(std::move(m), c);
+      } else if constexpr (requires { b.receive(m, c); }) {
+        return b.receive(m, c);
+      } else if constexpr (requires { b.receive(std::move(m)); }) {
+        return b.receive(std::move(m));
+      } else {
+        return b.receive(m);
+      }
+    };
+    using result = std::remove_cvref_t<decltype(receive(self.handler_context))>;
+    static_assert(std::is_same_v<result, task<void>> || !is_task<result>,
+                  "spindle: an awaiting receive must return task<void> (its result would "
+                  "be dropped, and the coroutine never run)");
+    if constexpr (std::is_same_v<result, task<void>>) {
+      // A handler that awaits (actor_await.hpp): its task gets the cell's own context,
+      // which lives as long as the cell (the task holds a reference to it).
+      prepare_awaiting_handler(self, message, receive(self.handler_context));
+    } else {
+      context_type context(self);
+      receive(context);
+    }
+  }
+  // A user message while a become handler is installed (actor_become.hpp).
+  [[gnu::noinline]] static void handle_by_become(typed_cell& self, envelope& message) {
     auto& state = static_cast<become_state<message_type>&>(*self.become);
     // No handler in flight (there never is, unless the behaviour interleaves): the retired
     // handlers' calls and coroutines have all ended.
     if (!state.retired.empty() && self.handlers_in_flight == 0) state.retired.clear();
-    if (!state.current) return false;
     // The handler may replace itself (it is retired, alive until it has ended). It gets the
     // cell's own context, valid for as long as a coroutine handler may need it.
+    auto& m = static_cast<user_envelope<message_type>&>(message).message;
     task<void> awaiting = state.current->receive(m, self.handler_context);
     if (awaiting.valid()) prepare_awaiting_handler(self, message, std::move(awaiting));
-    return true;
   }
   static void destroy_behaviour(actor_cell& base, const exit_reason& reason) noexcept {
     B& b = static_cast<typed_cell&>(base).behaviour();

@@ -23,12 +23,15 @@
 // Lifetime: a replaced handler may still be running (it replaced itself), or its coroutine may
 // still be suspended (an awaiting handler's frame refers to the callable's captures), so it is
 // retired, not destroyed: the retired ones are destroyed when the next message's handling
-// starts with no handler in flight (always, for an actor that does not interleave), and all at
-// halt, after on_stop and before the behaviour (the handlers may refer to it).
+// starts with no handler in flight (always, for an actor that does not interleave) and a become
+// handler installed, and all at halt, after on_stop and before the behaviour (the handlers may
+// refer to it).
 //
 // Who touches it: owner-only (the owner's run, or a handler's step on the home executor,
-// actor_await.hpp). Cost: one test of the cell's `become` per user message (null until the
-// first become).
+// actor_await.hpp). Cost: one test of the cell's `become_active` per user message (a flag, not
+// the state's pointer: it is false again after an unbecome, when the retired handlers still
+// need the state), and no call: the test jumps to an out-of-line handler (a call there would
+// make every handle() save registers for it).
 #pragma once
 
 #include <concepts>
@@ -120,12 +123,14 @@ void become(actor_cell& cell, F&& handler) {
   become_state<M>& state = become_state_of<M>(cell);
   retire_current(state);
   state.current = std::move(installed);
+  cell.become_active = true;
 }
 
 template <class M>
 void unbecome(actor_cell& cell) {
   if (cell.become == nullptr) return;
   retire_current(static_cast<become_state<M>&>(*cell.become));
+  cell.become_active = false;
 }
 
 }  // namespace actor_detail

@@ -267,8 +267,10 @@ struct actor_cell {
   envelope* stash_head = nullptr;
   envelope* stash_tail = nullptr;
   std::uint32_t stash_capacity = 0;
-  // ctx.become's handlers (actor_become.hpp); null until the first become.
+  // ctx.become's handlers (actor_become.hpp); null until the first become. `become_active`:
+  // a become handler is installed (the one test on every user message's path).
   become_state_base* become = nullptr;
+  bool become_active = false;
   // Mailbox growth (G4, diagnostics/warnings.hpp): the hysteresis of its backlog warning.
   diagnostics::warning_hub::mailbox_watch mailbox_watch;
   // Why it halts, when stop_requested; once Halted, why it halted: the owner writes it last
