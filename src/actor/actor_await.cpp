@@ -63,8 +63,9 @@ class awaiting_claim {
   }
 
  private:
-  // An interleaved handler's end (header, "Interleaving"): the actor may be in any place; the
-  // owner-only fields are this step's (the home thread, no run in progress).
+  // An interleaved handler's end (header, "Interleaving"): the owner-only fields are this
+  // step's (the home thread: a step between runs, where the actor may be in any place, or the
+  // first step, inside the run that took the message, which checks the outcome after it).
   void end_interleaved(std::exception_ptr crash) noexcept {
     actor_cell& cell = *cell_;
     --cell.handlers_in_flight;
@@ -137,7 +138,8 @@ class handler_task final : public detail::spawned_task_base {
         task_entry_(vtable->run),
         body_(std::move(wrapper)) {
     body_.handle().promise().set_root(this);
-    static const core::runnable_vtable gated = {&handler_task::gate, &spawned_task_base::drop_entry};
+    static const core::runnable_vtable gated = {&handler_task::gate,
+                                                &spawned_task_base::drop_entry};
     vtable = &gated;
   }
   ~handler_task() = default;

@@ -427,7 +427,8 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
         if (failed) {
           finish(cell, exit_reason{exit_kind::crashed, std::move(failed)});
         } else if (cell->handler_crash) {
-          finish(cell, exit_reason{exit_kind::crashed, std::exchange(cell->handler_crash, nullptr)});
+          finish(cell,
+                 exit_reason{exit_kind::crashed, std::exchange(cell->handler_crash, nullptr)});
         } else {
           finish(cell, std::move(cell->halt_reason));
         }

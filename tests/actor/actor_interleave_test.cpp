@@ -294,8 +294,12 @@ void check_steps_are_charged() {
   EXPECT_LE(after_spin.load(), 0);  // the time slice is spent: it waits a turn at its next run
 }
 
-TEST(ActorAwaitSteps, AStepsTimeAndChargeCountAgainstTheQuantum) { check_steps_are_charged<false>(); }
-TEST(ActorInterleave, AStepsTimeAndChargeCountAgainstTheQuantum) { check_steps_are_charged<true>(); }
+TEST(ActorAwaitSteps, AStepsTimeAndChargeCountAgainstTheQuantum) {
+  check_steps_are_charged<false>();
+}
+TEST(ActorInterleave, AStepsTimeAndChargeCountAgainstTheQuantum) {
+  check_steps_are_charged<true>();
+}
 
 // An interleaved handler that stashes, while another unstashes from a later step: the unstash
 // happens outside any run, and the actor, Receiving, must still be woken for them.
@@ -414,7 +418,8 @@ TEST(ActorInterleaveStress, ManySendersManyHandlersInFlightKillsRacingEveryMessa
         } else {
           refs[victim].stop();
         }
-        refs[victim] = spawn_actor<interleave_stress_actor>(rt, &overlaps, &max_in_flight, &handled);
+        refs[victim] =
+            spawn_actor<interleave_stress_actor>(rt, &overlaps, &max_in_flight, &handled);
       }
     });
     std::vector<std::thread> senders;
@@ -445,7 +450,9 @@ TEST(ActorInterleaveStress, ManySendersManyHandlersInFlightKillsRacingEveryMessa
   int wrong = 0;
   for (int i = 0; i < total; ++i) {
     if (ledger[i].load() != 1) {
-      if (++wrong < 5) ADD_FAILURE() << "token " << i << " accounted " << ledger[i].load() << " times";
+      if (++wrong < 5) {
+        ADD_FAILURE() << "token " << i << " accounted " << ledger[i].load() << " times";
+      }
     }
   }
   EXPECT_EQ(wrong, 0);

@@ -152,23 +152,24 @@ TEST(ActorStash, AnUncaughtOverflowCrashesTheActor) {
 }
 
 // A message that counts its destruction (moved-from ones do not count).
-struct counted {
+struct counted_message {
   std::atomic<int>* destroyed = nullptr;
-  explicit counted(std::atomic<int>& d) : destroyed(&d) {}
-  counted(counted&& other) noexcept : destroyed(std::exchange(other.destroyed, nullptr)) {}
-  counted& operator=(counted&& other) noexcept {
+  explicit counted_message(std::atomic<int>& d) : destroyed(&d) {}
+  counted_message(counted_message&& other) noexcept
+      : destroyed(std::exchange(other.destroyed, nullptr)) {}
+  counted_message& operator=(counted_message&& other) noexcept {
     std::swap(destroyed, other.destroyed);
     return *this;
   }
-  ~counted() {
+  ~counted_message() {
     if (destroyed != nullptr) destroyed->fetch_add(1);
   }
 };
 
 // Stashes everything; a message with no counter crashes it.
 struct hoarder {
-  using message_type = counted;
-  void receive(counted& c, actor_context<counted>& ctx) {
+  using message_type = counted_message;
+  void receive(counted_message& c, actor_context<counted_message>& ctx) {
     if (c.destroyed == nullptr) throw std::runtime_error("crash with a full stash");
     ctx.stash(std::move(c));
   }
@@ -182,14 +183,14 @@ TEST(ActorStash, AHaltDestroysTheStashWhateverItsReason) {
     {
       runtime rt({.workers = 2});
       auto ref = spawn_actor<hoarder>(rt);
-      for (int i = 0; i < 10; ++i) ref.send(counted(destroyed));
+      for (int i = 0; i < 10; ++i) ref.send(counted_message(destroyed));
       ASSERT_TRUE(eventually([&] { return ref.cell()->stash_length.load() == 10; }, 10s));
       const std::string reason = how;
       auto down = spindle::monitor_actor(ref);
       if (reason == "stop") ref.stop();
       if (reason == "kill") ref.kill();
       if (reason == "crash") {
-        counted poison(destroyed);
+        counted_message poison(destroyed);
         poison.destroyed = nullptr;  // crashes the hoarder; counts nothing
         ref.send(std::move(poison));
       }
@@ -200,7 +201,7 @@ TEST(ActorStash, AHaltDestroysTheStashWhateverItsReason) {
   }
 }
 
-// Bounded mailbox: stashed messages leave the bound's count, and unstashed ones are counted
+// Bounded mailbox: stashed messages leave the bound's count, and unstashed ones are counted_message
 // until handled, so the count ends at 0 (sends are accepted again).
 TEST(ActorStash, ABoundedMailboxCountsUnstashedMessagesUntilHandled) {
   runtime rt({.workers = 1});
@@ -241,9 +242,11 @@ TEST(ActorStash, DiagnosticsCountStashedMessagesInTheMailboxLength) {
   }
   EXPECT_NE(rt.snapshot_json().find("\"stashed\":3"), std::string::npos);
   ref.send(0);
-  ASSERT_TRUE(eventually([&] { return stashed().stashed == 0 && stashed().mailbox_length == 0; }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] { return stashed().stashed == 0 && stashed().mailbox_length == 0; }, 10s));
   // Handlings: 3 stashes, the 3 again, the 0.
-  ASSERT_TRUE(eventually([&] { return stashed().messages_handled == (seen.statistics ? 7u : 0u); }, 10s));
+  const std::uint64_t handlings = seen.statistics ? 7u : 0u;
+  ASSERT_TRUE(eventually([&] { return stashed().messages_handled == handlings; }, 10s));
 }
 
 // An awaiting handler stashes (before and after a suspension); a later one unstashes.
@@ -439,7 +442,9 @@ TEST(ActorStashStress, SendersKillsAndCrashesRaceStashAndUnstashEveryMessageOnce
     runtime rt({.workers = 2});
     std::mutex refs_mutex;
     std::vector<spindle::actor_ref<ledger_token>> refs;
-    for (int i = 0; i < 8; ++i) refs.push_back(spawn_actor<stash_stress_actor>(rt, &handled, &unstashed));
+    for (int i = 0; i < 8; ++i) {
+      refs.push_back(spawn_actor<stash_stress_actor>(rt, &handled, &unstashed));
+    }
     std::atomic<bool> sending{true};
     std::thread killer([&] {
       std::mt19937 random(7);
@@ -452,7 +457,8 @@ TEST(ActorStashStress, SendersKillsAndCrashesRaceStashAndUnstashEveryMessageOnce
         } else {
           refs[victim].stop();
         }
-        refs[victim] = spawn_actor<stash_stress_actor>(rt, &handled, &unstashed);  // a fresh one takes its place
+        // A fresh one takes its place.
+        refs[victim] = spawn_actor<stash_stress_actor>(rt, &handled, &unstashed);
       }
     });
     std::vector<std::thread> senders;
@@ -482,7 +488,9 @@ TEST(ActorStashStress, SendersKillsAndCrashesRaceStashAndUnstashEveryMessageOnce
   int wrong = 0;
   for (int i = 0; i < total; ++i) {
     if (ledger[i].load() != 1) {
-      if (++wrong < 5) ADD_FAILURE() << "token " << i << " accounted " << ledger[i].load() << " times";
+      if (++wrong < 5) {
+        ADD_FAILURE() << "token " << i << " accounted " << ledger[i].load() << " times";
+      }
     }
   }
   EXPECT_EQ(wrong, 0);

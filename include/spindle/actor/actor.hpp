@@ -17,7 +17,11 @@
 //
 // A handler runs on the actor's home executor, one message at a time, never concurrently with
 // itself. `receive` may be a coroutine returning task<void> (actor_await.hpp): the actor then
-// handles nothing else until it ends. Handling a message costs one reduction, plus what the handler charges (ctx.charge);
+// handles nothing else until it ends, unless the behaviour says `static constexpr bool
+// interleaves = true;` (its other messages are handled while a handler awaits, one step at a
+// time). A handler may put its message aside (ctx.stash, ctx.unstash_all: actor_stash.hpp)
+// and switch the handler of the next messages (ctx.become, ctx.unbecome: actor_become.hpp).
+// Handling a message costs one reduction, plus what the handler charges (ctx.charge);
 // an actor runs at most a quantum of reductions per turn of its executor's wheel
 // (actor_scheduler.hpp). An exception escaping a handler crashes the actor (exit_kind::crashed):
 // its watchers are told (links, monitors; a supervisor is a watcher).
