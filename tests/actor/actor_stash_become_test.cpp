@@ -56,9 +56,9 @@ struct gatekeeper {
 };
 
 TEST(ActorStash, StashedMessagesComeBackInOrderBeforeNewerOnes) {
-  runtime rt({.workers = 2});
   std::mutex mutex;
   std::vector<int> log;
+  runtime rt({.workers = 2});
   auto ref = spawn_actor<gatekeeper>(rt, &mutex, &log);
   for (int n = 1; n <= 5; ++n) ref.send(n);
   ref.send(0);  // opens: 1..5 come back ahead of 6..8, whenever those were taken
@@ -96,9 +96,9 @@ struct restasher {
 };
 
 TEST(ActorStash, AMessageTakenByValueIsStashedAndHandledOnce) {
-  runtime rt({.workers = 2});
   std::atomic<int> sum{0};
   std::atomic<int> count{0};
+  runtime rt({.workers = 2});
   auto ref = spawn_actor<restasher>(rt, &sum, &count);
   for (int n = 1; n <= 30; ++n) ref.send(n);
   ASSERT_TRUE(eventually([&] { return count.load() == 30; }, 10s)) << count.load();
@@ -204,9 +204,9 @@ TEST(ActorStash, AHaltDestroysTheStashWhateverItsReason) {
 // Bounded mailbox: stashed messages leave the bound's count, and unstashed ones are counted_message
 // until handled, so the count ends at 0 (sends are accepted again).
 TEST(ActorStash, ABoundedMailboxCountsUnstashedMessagesUntilHandled) {
-  runtime rt({.workers = 1});
   std::mutex mutex;
   std::vector<int> log;
+  runtime rt({.workers = 1});
   spindle::spawn_options options;
   options.mailbox_capacity = 4;
   auto ref = spawn_actor<gatekeeper>(rt, options, &mutex, &log);
@@ -224,9 +224,9 @@ TEST(ActorStash, ABoundedMailboxCountsUnstashedMessagesUntilHandled) {
 }
 
 TEST(ActorStash, DiagnosticsCountStashedMessagesInTheMailboxLength) {
-  runtime rt({.workers = 1});
   std::mutex mutex;
   std::vector<int> log;
+  runtime rt({.workers = 1});
   auto ref = spawn_actor<gatekeeper>(rt, &mutex, &log);
   for (int n = 1; n <= 3; ++n) ref.send(n);
   auto stashed = [&] {
@@ -272,9 +272,9 @@ struct awaiting_gatekeeper {
 };
 
 TEST(ActorStash, AwaitingHandlersStashAndUnstash) {
-  runtime rt({.workers = 2});
   std::mutex mutex;
   std::vector<int> log;
+  runtime rt({.workers = 2});
   auto ref = spawn_actor<awaiting_gatekeeper>(rt, &mutex, &log);
   for (int n = 1; n <= 5; ++n) ref.send(n);
   ref.send(0);
@@ -344,8 +344,8 @@ TEST(ActorBecome, AHandlerReplacesItselfAndRunsOn) {
 // A become handler that is a coroutine lambda with captures: its frame refers to them across
 // its suspension, while it replaces itself.
 TEST(ActorBecome, ACoroutineHandlerKeepsItsCapturesWhileItAwaits) {
-  runtime rt({.workers = 2});
   std::atomic<int> total{0};
+  runtime rt({.workers = 2});
   auto ref = spawn_actor<int>(rt, [&total](int n, actor_context<int>& ctx) {
     auto weight = std::make_shared<int>(n);
     ctx.become([weight, &total](int m, actor_context<int>& c) -> spindle::task<void> {
