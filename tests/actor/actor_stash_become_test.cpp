@@ -386,8 +386,11 @@ TEST(ActorBecome, RetiredHandlersGoAtTheNextMessageAndTheCurrentOneAtHalt) {
   ref.send(3);
   ASSERT_TRUE(eventually([&] { return retired_gone.load(); }, 10s));
   EXPECT_FALSE(current_gone.load());
+  // Watching before the stop: a watch placed once the actor is Halted may report before its
+  // behaviour (and its handlers) are destroyed.
+  auto down = spindle::monitor_actor(ref);
   ref.stop();
-  spindle::testing::receive_within(spindle::monitor_actor(ref));
+  spindle::testing::receive_within(std::move(down));
   EXPECT_TRUE(current_gone.load());
 }
 
