@@ -254,22 +254,13 @@ struct actor_cell {
   // `handler_crash`).
   bool awaiting_handler = false;
   bool handler_ended = false;
-  // Interleaving behaviours (actor_await.hpp, "Interleaving"): `handlers_in_flight` counts the
-  // handlers started and not yet ended. While it is not 0 the actor never halts: a halt waits
-  // (`halting`, its reason in halt_reason) for the handlers, cancelled, to unwind;
-  // `handler_ended` then asks the run's attention (the wake of the last handler's end).
+  // Interleaving behaviours (actor_await.hpp, "Interleaving"): while `handlers_in_flight`
+  // (below) is not 0 the actor never halts: a halt waits (`halting`, its reason in
+  // halt_reason) for the handlers, cancelled, to unwind; `handler_ended` then asks the run's
+  // attention (the wake of the last handler's end).
   bool halting = false;
   std::exception_ptr handler_crash;
   void* awaiting_start = nullptr;  // the wrapper task's frame, prepared by handle, started by the run
-  std::uint32_t handlers_in_flight = 0;
-  // The stash (actor_stash.hpp): user envelopes put aside by ctx.stash, oldest first, linked
-  // through `next`; at most stash_capacity of them. Destroyed at halt (invariant X).
-  std::uint32_t stash_capacity = 0;
-  envelope* stash_head = nullptr;
-  envelope* stash_tail = nullptr;
-  // ctx.become's handlers (actor_become.hpp); null until the first become. `become_active`
-  // (below): a become handler is installed (the one test on every user message's path).
-  become_state_base* become = nullptr;
   // Mailbox growth (G4, diagnostics/warnings.hpp): the hysteresis of its backlog warning.
   diagnostics::warning_hub::mailbox_watch mailbox_watch;
   // Why it halts, when stop_requested; once Halted, why it halted: the owner writes it last
@@ -277,6 +268,8 @@ struct actor_cell {
   exit_reason halt_reason;
   // Charged by the running handler beyond the one reduction per message (actor_context).
   std::uint32_t extra_charge = 0;
+  // A become handler is installed (actor_become.hpp): the one test on every user message's
+  // path, so here, beside the fields every run touches (the rest of become is at the end).
   bool become_active = false;
 
   // --- diagnostics (SPEC G1; actor_scheduler.hpp, "Diagnostics"): read by snapshots on any
@@ -294,6 +287,18 @@ struct actor_cell {
   actor_cell* directory_previous = nullptr;  // links in the system's directory (its lock)
   actor_cell* directory_next = nullptr;
   bool listed = false;                       // under the directory lock
+
+  // --- owner-only, off the message path (last: the fields every run touches keep the cache
+  // lines they had, four; a ring of 1,000 actors touches a cold cell at every hop) -------------
+  // Interleaving behaviours: handlers started and not yet ended (see `halting` above).
+  std::uint32_t handlers_in_flight = 0;
+  // The stash (actor_stash.hpp): user envelopes put aside by ctx.stash, oldest first, linked
+  // through `next`; at most stash_capacity of them. Destroyed at halt (invariant X).
+  std::uint32_t stash_capacity = 0;
+  envelope* stash_head = nullptr;
+  envelope* stash_tail = nullptr;
+  // ctx.become's handlers (actor_become.hpp); null until the first become.
+  become_state_base* become = nullptr;
 
   void add_reference() noexcept {
     references.fetch_add(1, std::memory_order_relaxed);  // relaxed: the caller already holds one
