@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/core/runtime_core.hpp"
+#include "spindle/task/join_handle.hpp"
 #include "spindle/task/runtime.hpp"
 
 namespace spindle::actor_detail {
@@ -42,9 +44,14 @@ class awaiting_claim {
 
   actor_cell& cell() const noexcept { return *cell_; }
 
-  // Step 3: the handler ended (its frame is gone). The cell is alive: our reference.
+  // Step 3: the handler ended (its frame is gone). The cell is alive: our reference. On the
+  // home executor (the gate), as every step of the handler.
   void hand_back(std::exception_ptr crash) noexcept {
     destroy_message_(std::exchange(message_, nullptr));
+    if (cell_->vtable->interleaves) {
+      end_interleaved(std::move(crash));
+      return;
+    }
     cell_->handler_crash = std::move(crash);
     cell_->awaiting_handler = false;
     cell_->handler_ended = true;
@@ -52,13 +59,127 @@ class awaiting_claim {
     // seq_cst: the awaiting actor's way out of Running, as a sender's winning CAS out of
     // Receiving (invariant W): nobody else moves it (senders see Running and only push).
     cell_->state.store(actor_state::runnable, std::memory_order_seq_cst);
-    cell_->system->route_wake(cell_);  // orders the writes above before the owner's next run
+    cell_->system->route_wake(cell_);  // this thread is its home's: queued in its wheel at once
   }
 
  private:
+  // An interleaved handler's end (header, "Interleaving"): the owner-only fields are this
+  // step's (the home thread: a step between runs, where the actor may be in any place, or the
+  // first step, inside the run that took the message, which checks the outcome after it).
+  void end_interleaved(std::exception_ptr crash) noexcept {
+    actor_cell& cell = *cell_;
+    --cell.handlers_in_flight;
+    cell.io_in_flight.fetch_sub(1, std::memory_order_relaxed);  // relaxed: owner-read hint
+    // The first crash decides, unless the actor is halting already (then the reason stands and
+    // the handlers' task_cancelled is their cancellation, not news).
+    if (crash && !cell.halting && !cell.handler_crash) cell.handler_crash = std::move(crash);
+    if (cell.handler_crash || (cell.halting && cell.handlers_in_flight == 0)) {
+      cell.handler_ended = true;  // the run's attention; the gate wakes it if it is Receiving
+    }
+  }
+
   actor_cell* cell_;
   envelope* message_;
   void (*destroy_message_)(envelope*) noexcept;
+};
+
+std::uint64_t elapsed_ns(std::uint64_t from, std::uint64_t to) noexcept {
+  return to > from ? to - from : 0;  // 0 if the coarse clock seems to have gone back
+}
+
+// A step of a handler has ended (header, "Time"): its time and its charge count against the
+// actor's quantum. The home thread, no run of the actor in progress; the cell is alive (the
+// system's reference: only this thread halts it while workers run, and not before this returns).
+void charge_step(actor_cell& cell, std::uint64_t ran_ns) noexcept {
+  cell.time_used_ns += ran_ns;
+  if (cell.extra_charge != 0) {
+    cell.reductions_left -= std::int32_t(cell.extra_charge);
+    // relaxed: single writer (the owner's fields are this step's), read by snapshots.
+    cell.reductions_used.store(cell.reductions_used.load(std::memory_order_relaxed) +
+                                   cell.extra_charge,
+                               std::memory_order_relaxed);
+    cell.extra_charge = 0;
+  }
+  if (cell.time_used_ns >= cell.system->time_slice_ns() && cell.reductions_left > 0) {
+    cell.reductions_left = 0;  // spent: it waits a turn at its next run (actor_scheduler.hpp)
+  }
+  if (!cell.vtable->interleaves) return;  // the hand-back wakes it (or it still awaits)
+  if (cell.stop_requested && !cell.halting) cell.handler_ended = true;
+  if (cell.handler_ended || cell.private_head != nullptr) wake_for_owner_work(cell);
+}
+
+// The handler's spawned task (header, "Where a handler runs"): the wrapper coroutine as the
+// root of a spawned task, whose runnable entry is the gate. The task layer's own entry (what
+// any spawned task runs) is kept to run a step.
+class handler_task final : public detail::spawned_task_base {
+ public:
+  // Occupies a task slot; the handle's reference is dropped (nobody joins it). Throws bad_alloc
+  // (the wrapper's frame, and so its claim, destroyed).
+  static handler_task* create(detail::task_host& host, actor_cell& cell, task<void> wrapper) {
+    void* memory = core::allocate_frame(sizeof(handler_task));
+    auto* created = ::new (memory) handler_task(host, cell, std::move(wrapper));
+    try {
+      created->enter_table();
+    } catch (...) {
+      destroy_body(created);
+      destroy_self(created);
+      throw;
+    }
+    created->release();
+    return created;
+  }
+  // Its first step, now, on the calling thread (the owner's run: interleaving).
+  void run_first_step() noexcept { task_entry_(this); }
+
+ private:
+  handler_task(detail::task_host& host, actor_cell& cell, task<void> wrapper) noexcept
+      : spawned_task_base(host, wrapper.handle(), &destroy_self, &destroy_body),
+        cell_(&cell),
+        task_entry_(vtable->run),
+        body_(std::move(wrapper)) {
+    body_.handle().promise().set_root(this);
+    static const core::runnable_vtable gated = {&handler_task::gate,
+                                                &spawned_task_base::drop_entry};
+    vtable = &gated;
+  }
+  ~handler_task() = default;
+
+  static void gate(core::runnable* self) noexcept {
+    auto* task = static_cast<handler_task*>(self);
+    actor_cell& cell = *task->cell_;  // alive: the wrapper's claim holds a reference
+    actor_system& system = *cell.system;
+    // acquire: pairs with a migration's release (none happens while a handler is in flight:
+    // the actor is awaiting, or counted in io_in_flight).
+    const std::uint32_t home = cell.home.load(std::memory_order_acquire);
+    if (system.current_index() != std::int32_t(home)) {
+      system.core().schedule_on(home, task);  // home: its inbox (dropped at shutdown: abandoned)
+      return;
+    }
+    // relaxed: the owner's own transition (senders only CAS it out of Receiving). Running, for
+    // an interleaving actor, means its run is on this thread's stack (a runnable run inside a
+    // run; nothing does that today): the step waits for the run's end.
+    if (cell.vtable->interleaves &&
+        cell.state.load(std::memory_order_relaxed) == actor_state::running) [[unlikely]] {
+      task->host().schedule(task, core::schedule_hint::yield);
+      return;
+    }
+    core::runtime_core& core = system.core();
+    const std::uint64_t started = core.coarse_now_ns();
+    task->task_entry_(task);  // `task` may be gone from here on
+    charge_step(cell, elapsed_ns(started, core.coarse_now_ns()));
+  }
+  static void destroy_body(spawned_task_base* self) noexcept {
+    static_cast<handler_task*>(self)->body_ = task<void>();
+  }
+  static void destroy_self(spawned_task_base* self) noexcept {
+    auto* typed = static_cast<handler_task*>(self);
+    typed->~handler_task();
+    core::deallocate_frame(typed);
+  }
+
+  actor_cell* const cell_;
+  void (*const task_entry_)(core::runnable*) noexcept;
+  task<void> body_;
 };
 
 // Cancels the running wrapper's task (a kill: cancel_awaiting_handler). The task is alive for
@@ -125,28 +246,66 @@ void prepare_awaiting_handler(actor_cell& cell, envelope& message, task<void> ha
   cell.awaiting_handler = true;
 }
 
-std::exception_ptr start_awaiting_handler(actor_cell& cell) noexcept {
+namespace {
+
+// The prepared wrapper as a handler task of the calling worker's runtime, with the cell's
+// handler_stop made first. Throws runtime_stopped or bad_alloc; the wrapper is then destroyed
+// (its claim gives the envelope and the reference back).
+handler_task* make_handler_task(actor_cell& cell) {
   task<void> prepared(
       task<void>::handle_type::from_address(std::exchange(cell.awaiting_start, nullptr)));
+  detail::task_host* host = detail::current_task_host();  // the run's worker: the runtime
+  if (host == nullptr) throw runtime_stopped();
+  detail::host_entry entry(*host);
+  if (entry.refused() || host->stopping()) throw runtime_stopped();
+  // relaxed: the owner's own field (only the owner stores it).
+  std::stop_source* stop = cell.handler_stop.load(std::memory_order_relaxed);
+  if (stop == nullptr) {
+    stop = new std::stop_source();
+    // seq_cst: Dekker with cancel_awaiting_handler (its kill_requested store, then its load
+    // of this): either it sees the source and stops it, or the wrapper, which starts after
+    // this store, sees its kill (kill_on_request).
+    cell.handler_stop.store(stop, std::memory_order_seq_cst);
+  }
+  // Not a task spawned with the source's token: a task cancelled before it starts never runs,
+  // and this one must run to hand the actor back. The wrapper links the token once running.
+  return handler_task::create(*host, cell, std::move(prepared));
+}
+
+}  // namespace
+
+std::exception_ptr start_awaiting_handler(actor_cell& cell) noexcept {
   try {
-    // relaxed: the owner's own field (only the owner stores it).
-    std::stop_source* stop = cell.handler_stop.load(std::memory_order_relaxed);
-    if (stop == nullptr) {
-      stop = new std::stop_source();
-      // seq_cst: Dekker with cancel_awaiting_handler (its kill_requested store, then its load
-      // of this): either it sees the source and stops it, or the wrapper, which starts after
-      // this store, sees its kill (kill_on_request).
-      cell.handler_stop.store(stop, std::memory_order_seq_cst);
-    }
-    // Not spawn(body, token): a task cancelled before it starts never runs, and this one
-    // must run to hand the actor back. The wrapper links the token to itself once running.
-    spawn(std::move(prepared)).detach();
+    handler_task* started = make_handler_task(cell);
+    started->host().schedule(started, core::schedule_hint::spawn);  // this executor's queue
     return nullptr;
   } catch (...) {
-    // Never started: destroying the wrapper (here, or in spawn) gives the envelope and the
-    // reference back through its claim; the caller halts the actor.
+    // Never started: the wrapper was destroyed with what its claim held; the caller halts the
+    // actor.
     cell.awaiting_handler = false;
     return std::current_exception();
+  }
+}
+
+std::exception_ptr start_interleaved_handler(actor_cell& cell) noexcept {
+  cell.awaiting_handler = false;
+  handler_task* started;
+  try {
+    started = make_handler_task(cell);
+  } catch (...) {
+    return std::current_exception();
+  }
+  ++cell.handlers_in_flight;
+  cell.io_in_flight.fetch_add(1, std::memory_order_relaxed);  // relaxed: owner-read hint
+  started->run_first_step();  // may end it (counted out, its outcome noted)
+  return nullptr;
+}
+
+void cancel_handlers_in_flight(actor_cell& cell) noexcept {
+  // relaxed: the owner's own field. The source exists: a handler in flight made it. Stopped for
+  // good: the actor is halting, it starts no handler again.
+  if (std::stop_source* stop = cell.handler_stop.load(std::memory_order_relaxed)) {
+    stop->request_stop();
   }
 }
 

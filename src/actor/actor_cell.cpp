@@ -157,6 +157,8 @@ send_result push_message(actor_cell& cell, envelope* message) noexcept {
   return push_message_as<false>(cell, message);
 }
 
+void wake_for_owner_work(actor_cell& cell) noexcept { wake_if_receiving(cell); }
+
 void push_system_message(actor_cell& cell, envelope* message) noexcept {
   if (!push_envelope(cell, message)) {
     message->destroy(message);

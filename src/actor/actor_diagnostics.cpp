@@ -69,6 +69,10 @@ actor_info describe(const actor_cell& cell) {
     const std::uint64_t taken = cell.messages_taken.load(relaxed);
     info.mailbox_length = taken > handled ? taken - handled : 0;
   }
+  // Stashed messages (actor_stash.hpp) wait too: counted handled when stashed (and received
+  // again when unstashed), so added here.
+  info.stashed = cell.stash_length.load(relaxed);
+  info.mailbox_length += info.stashed;
   info.mailbox_high_water = std::max<std::uint32_t>(
       cell.mailbox_high_water.load(relaxed),
       std::uint32_t(std::min<std::uint64_t>(info.mailbox_length, UINT32_MAX)));
@@ -107,6 +111,7 @@ void write_actor(diagnostics::json_writer& out, const actor_info& a) {
   out.member("more_waiting", a.more_waiting);
   out.member("mailbox_high_water", a.mailbox_high_water);
   out.member("mailbox_capacity", a.mailbox_capacity);
+  if (a.stashed != 0) out.member("stashed", a.stashed);
   out.member("messages_handled", a.messages_handled);
   out.member("reductions", a.reductions);
   if (!a.statistics) out.member("statistics", false);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "spindle/actor/actor_await.hpp"
+#include "spindle/actor/actor_stash.hpp"
 #include "spindle/actor/registry.hpp"
 #include "spindle/core/clock.hpp"
 #include "spindle/core/executor.hpp"
@@ -274,28 +275,10 @@ void actor_scheduler::advance_segment() noexcept {
 void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
   // relaxed: Runnable -> Running is the owner's own transition; senders only CAS from Receiving.
   cell->state.store(actor_state::running, std::memory_order_relaxed);
-  // Back from an awaiting handler (actor_await.hpp): what it decided takes effect first, before
-  // any queued message. One flag per run, not per message.
+  // Back from an awaiting handler (actor_await.hpp), or an interleaved handler's outcome: what
+  // it decided takes effect first, before any queued message. One flag per run, not per message.
   if (cell->handler_ended) [[unlikely]] {
-    cell->handler_ended = false;
-    // A kill sent while it awaited: at once, not after the messages taken before it, and
-    // before the task_cancelled its handler unwound with (not a crash: the kill's doing).
-    // relaxed: kill() stored it before cancelling the handler; one it misses is found when
-    // the mailbox is next taken.
-    if (cell->kill_requested.load(std::memory_order_relaxed)) {
-      cell->handler_crash = nullptr;
-      halt(cell, exit_reason{exit_kind::killed, {}}, true);
-      return;
-    }
-    if (cell->handler_crash) {
-      halt(cell, exit_reason{exit_kind::crashed, std::exchange(cell->handler_crash, nullptr)},
-           true);
-      return;
-    }
-    if (cell->stop_requested) {
-      halt(cell, std::move(cell->halt_reason), true);
-      return;
-    }
+    if (settle_handlers(cell)) return;
   }
   // A whole turn of the wheel since its last refill: it is due a fresh quantum (A3: one per
   // turn), whatever it has left.
@@ -341,7 +324,7 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
       if (warnings_.mailbox_look_matters(cell->mailbox_watch, backlog)) look_at_mailbox(cell, backlog);
       if (records_) note_mailbox_length(cell, taken, user_handled);
       if (kill) {
-        halt(cell, exit_reason{exit_kind::killed, {}}, true);
+        finish(cell, exit_reason{exit_kind::killed, {}});
         return;
       }
     }
@@ -423,13 +406,38 @@ void actor_scheduler::run_actor(actor_cell* cell, bool woken) noexcept {
     if ((crashed || cell->stop_requested) && records_) note_run_end(cell, user_handled);
     if (crashed) {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
-      halt(cell, std::move(crash), true);
+      finish(cell, std::move(crash));
       return;
     }
     if (cell->stop_requested) {
       stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
-      halt(cell, std::move(cell->halt_reason), true);
+      finish(cell, std::move(cell->halt_reason));
       return;
+    }
+    if (cell->awaiting_handler && cell->vtable->interleaves) [[unlikely]] {
+      // An interleaving behaviour's handler awaits: its first step runs now, in this run (its
+      // time is the run's), and the run goes on with the next message (actor_await.hpp).
+      std::exception_ptr failed = actor_detail::start_interleaved_handler(*cell);
+      cell->reductions_left -= std::int32_t(cell->extra_charge);  // the step's ctx.charge
+      cell->extra_charge = 0;
+      if (failed || cell->handler_crash || cell->stop_requested) {
+        if (records_) note_run_end(cell, user_handled);
+        stats_.messages_handled.fetch_add(handled, std::memory_order_relaxed);
+        cell->handler_ended = false;  // carried out here
+        if (failed) {
+          finish(cell, exit_reason{exit_kind::crashed, std::move(failed)});
+        } else if (cell->handler_crash) {
+          finish(cell,
+                 exit_reason{exit_kind::crashed, std::exchange(cell->handler_crash, nullptr)});
+        } else {
+          finish(cell, std::move(cell->halt_reason));
+        }
+        return;
+      }
+      now = core.coarse_now_ns();
+      if (now >= deadline && cell->reductions_left > 0) cell->reductions_left = 0;
+      if (cut_for_woken) break;
+      continue;
     }
     if (cell->awaiting_handler) [[unlikely]] {
       // Its handler awaits: the run ends here, the actor stays Running in no queue, and the
@@ -741,6 +749,7 @@ void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) no
     cell->private_head = e->next;
     e->destroy(e);
   }
+  actor_detail::destroy_stash(*cell);  // invariant X: stashed envelopes too
   cell->where = placement::halted;
   cell->vtable->destroy_behaviour(*cell, reason);
 
@@ -772,6 +781,56 @@ void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) no
   remove_homed(cell);
   stats_.halted.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistics
   cell->release();  // the system's reference
+}
+
+void actor_scheduler::finish(actor_cell* cell, exit_reason reason) noexcept {
+  if (cell->handlers_in_flight == 0) [[likely]] {
+    halt(cell, std::move(reason), true);
+    return;
+  }
+  // Interleaved handlers in flight refer to the behaviour, their messages and the context: the
+  // actor halts once they have unwound (actor_await.hpp, "Interleaving"). The first reason
+  // stands; a kill overrides it (it is untrappable).
+  if (!cell->halting) {
+    cell->halting = true;
+    cell->halt_reason = std::move(reason);
+    actor_detail::cancel_handlers_in_flight(*cell);  // their steps come after this run
+  } else if (reason.kind == exit_kind::killed) {
+    cell->halt_reason = std::move(reason);
+  }
+  cell->handler_ended = true;  // every run of it settles here until it halts
+  // It waits Receiving, in no queue: a message wakes it (the run settles, and waits again), and
+  // so does the last handler's end (the gate's charge: wake_for_owner_work). No re-check of
+  // the mailbox: it handles nothing more.
+  cell->where = placement::idle;
+  // seq_cst: as going Receiving in place_after_run (senders' CAS out of it schedule it).
+  cell->state.store(actor_state::receiving, std::memory_order_seq_cst);
+}
+
+bool actor_scheduler::settle_handlers(actor_cell* cell) noexcept {
+  cell->handler_ended = false;
+  // A kill sent while it awaited: at once (once its handlers have unwound), not after the
+  // messages taken before it, and before the task_cancelled its handler unwound with (not a
+  // crash: the kill's doing). relaxed: kill() stored it before cancelling the handler; one it
+  // misses is found when the mailbox is next taken.
+  if (cell->kill_requested.load(std::memory_order_relaxed)) {
+    cell->handler_crash = nullptr;
+    finish(cell, exit_reason{exit_kind::killed, {}});
+    return true;
+  }
+  if (cell->halting) {
+    finish(cell, cell->halt_reason);  // halts now if its last handler has ended
+    return true;
+  }
+  if (cell->handler_crash) {
+    finish(cell, exit_reason{exit_kind::crashed, std::exchange(cell->handler_crash, nullptr)});
+    return true;
+  }
+  if (cell->stop_requested) {
+    finish(cell, std::move(cell->halt_reason));
+    return true;
+  }
+  return false;
 }
 
 void actor_scheduler::adopt_orphan_for_shutdown(actor_cell* cell) noexcept {

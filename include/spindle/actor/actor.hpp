@@ -17,7 +17,11 @@
 //
 // A handler runs on the actor's home executor, one message at a time, never concurrently with
 // itself. `receive` may be a coroutine returning task<void> (actor_await.hpp): the actor then
-// handles nothing else until it ends. Handling a message costs one reduction, plus what the handler charges (ctx.charge);
+// handles nothing else until it ends, unless the behaviour says `static constexpr bool
+// interleaves = true;` (its other messages are handled while a handler awaits, one step at a
+// time). A handler may put its message aside (ctx.stash, ctx.unstash_all: actor_stash.hpp)
+// and switch the handler of the next messages (ctx.become, ctx.unbecome: actor_become.hpp).
+// Handling a message costs one reduction, plus what the handler charges (ctx.charge);
 // an actor runs at most a quantum of reductions per turn of its executor's wheel
 // (actor_scheduler.hpp). An exception escaping a handler crashes the actor (exit_kind::crashed):
 // its watchers are told (links, monitors; a supervisor is a watcher).
@@ -56,8 +60,10 @@
 #include <vector>
 
 #include "spindle/actor/actor_await.hpp"
+#include "spindle/actor/actor_become.hpp"
 #include "spindle/actor/actor_cell.hpp"
 #include "spindle/actor/actor_scheduler.hpp"
+#include "spindle/actor/actor_stash.hpp"
 #include "spindle/core/errors.hpp"
 #include "spindle/core/frame_allocator.hpp"
 #include "spindle/sync/oneshot.hpp"
@@ -84,6 +90,8 @@ struct spawn_options {
   core::executor_domain domain{};
   std::uint32_t mailbox_capacity = 0;     // 0: unbounded
   std::uint32_t quantum = 0;              // reductions per turn; 0: the system's default
+  // The most messages ctx.stash holds (actor_stash.hpp); one more throws stash_overflow.
+  std::uint32_t stash_capacity = actor_detail::default_stash_capacity;
   // Its name in diagnostics (snapshots, the live view); a supervisor names its children after
   // their specs when this is empty.
   std::string name{};
@@ -350,9 +358,38 @@ class actor_context {
   std::int32_t reductions_left() const noexcept { return cell_.reductions_left; }
   // Halts normally once this handler returns.
   void stop(exit_kind reason = exit_kind::normal) noexcept {
+    if (cell_.halting) return;  // an interleaving actor halting already: its reason stands
     cell_.stop_requested = true;
     cell_.halt_reason = exit_reason{reason, {}};
   }
+  // The stash (actor_stash.hpp): puts `message` (usually the one being handled, given back)
+  // aside, after what is stashed already. Throws stash_overflow when the stash holds
+  // spawn_options::stash_capacity messages; `message` is then left as it was.
+  void stash(M&& message) {
+    actor_detail::check_stash_room(cell_);
+    actor_detail::stash_envelope(cell_, actor_detail::make_user_envelope<M>(std::move(message)));
+  }
+  void stash(const M& message)
+    requires std::copy_constructible<M>
+  {
+    actor_detail::check_stash_room(cell_);
+    actor_detail::stash_envelope(cell_, actor_detail::make_user_envelope<M>(message));
+  }
+  // Puts every stashed message back, oldest first, ahead of everything not yet handled: they
+  // are the next messages handled. Returns how many.
+  std::uint32_t unstash_all() noexcept { return actor_detail::unstash_all(cell_); }
+  std::uint32_t stash_size() const noexcept {
+    return cell_.stash_length.load(std::memory_order_relaxed);  // relaxed: the owner's own count
+  }
+  // Switching behaviour (actor_become.hpp): `handler` handles the next user messages instead of
+  // the current handler (replaced, not stacked); unbecome() returns to the behaviour's receive.
+  // The handler: any callable a function actor could be, returning void or task<void>.
+  template <class F>
+    requires actor_detail::message_handler<std::decay_t<F>, M>
+  void become(F&& handler) {
+    actor_detail::become<M>(cell_, std::forward<F>(handler));
+  }
+  void unbecome() { actor_detail::unbecome<M>(cell_); }
   std::uint32_t executor_index() const noexcept {
     return cell_.home.load(std::memory_order_relaxed);  // relaxed: the owner's own field
   }
@@ -470,6 +507,7 @@ struct typed_cell final : actor_cell {
     // relaxed: before publication (the directory's lock and the adopt message publish them).
     supervisor.store(options.supervisor, std::memory_order_relaxed);
     restarts.store(options.restarts, std::memory_order_relaxed);
+    stash_capacity = options.stash_capacity;
     ::new (static_cast<void*>(storage)) B(std::forward<A>(args)...);
   }
   B& behaviour() noexcept { return *std::launder(reinterpret_cast<B*>(storage)); }
@@ -481,33 +519,14 @@ struct typed_cell final : actor_cell {
     B& b = self.behaviour();
     context_type context(base);
     switch (message.kind) {
-      case envelope_kind::user: {
-        // The handler may take the message by value, rvalue, const or non-const reference.
-        auto& m = static_cast<user_envelope<message_type>&>(message).message;
-        const auto receive = [&](context_type& c) -> decltype(auto) {
-          if constexpr (requires { b.receive(std::move(m), c); }) {
-            return b.receive(std::move(m), c);
-          } else if constexpr (requires { b.receive(m, c); }) {
-            return b.receive(m, c);
-          } else if constexpr (requires { b.receive(std::move(m)); }) {
-            return b.receive(std::move(m));
-          } else {
-            return b.receive(m);
-          }
-        };
-        using result = std::remove_cvref_t<decltype(receive(context))>;
-        static_assert(std::is_same_v<result, task<void>> || !is_task<result>,
-                      "spindle: an awaiting receive must return task<void> (its result would "
-                      "be dropped, and the coroutine never run)");
-        if constexpr (std::is_same_v<result, task<void>>) {
-          // A handler that awaits (actor_await.hpp): its task gets the cell's own context,
-          // which lives as long as the cell (the task holds a reference to it).
-          prepare_awaiting_handler(base, message, receive(self.handler_context));
-        } else {
-          receive(context);
+      case envelope_kind::user:
+        if (base.become_active) [[unlikely]] {
+          // Out of line and last: a tail call, so the plain path keeps no registers for it.
+          handle_by_become(self, message);
+          break;
         }
+        receive_user(self, message);
         break;
-      }
       case envelope_kind::start:
         if constexpr (requires { b.on_start(context); }) {
           static_assert(!is_task<std::remove_cvref_t<decltype(b.on_start(context))>>,
@@ -542,6 +561,47 @@ struct typed_cell final : actor_cell {
         break;
     }
   }
+  // A user message, to the behaviour's receive.
+  [[gnu::always_inline]] static inline void receive_user(typed_cell& self, envelope& message) {
+    B& b = self.behaviour();
+    // The handler may take the message by value, rvalue, const or non-const reference.
+    auto& m = static_cast<user_envelope<message_type>&>(message).message;
+    const auto receive = [&](context_type& c) -> decltype(auto) {
+      if constexpr (requires { b.receive(std::move(m), c); }) {
+        return b.receive(std::move(m), c);
+      } else if constexpr (requires { b.receive(m, c); }) {
+        return b.receive(m, c);
+      } else if constexpr (requires { b.receive(std::move(m)); }) {
+        return b.receive(std::move(m));
+      } else {
+        return b.receive(m);
+      }
+    };
+    using result = std::remove_cvref_t<decltype(receive(self.handler_context))>;
+    static_assert(std::is_same_v<result, task<void>> || !is_task<result>,
+                  "spindle: an awaiting receive must return task<void> (its result would "
+                  "be dropped, and the coroutine never run)");
+    if constexpr (std::is_same_v<result, task<void>>) {
+      // A handler that awaits (actor_await.hpp): its task gets the cell's own context,
+      // which lives as long as the cell (the task holds a reference to it).
+      prepare_awaiting_handler(self, message, receive(self.handler_context));
+    } else {
+      context_type context(self);
+      receive(context);
+    }
+  }
+  // A user message while a become handler is installed (actor_become.hpp).
+  [[gnu::noinline]] static void handle_by_become(typed_cell& self, envelope& message) {
+    auto& state = static_cast<become_state<message_type>&>(*self.become);
+    // No handler in flight (there never is, unless the behaviour interleaves): the retired
+    // handlers' calls and coroutines have all ended.
+    if (!state.retired.empty() && self.handlers_in_flight == 0) state.retired.clear();
+    // The handler may replace itself (it is retired, alive until it has ended). It gets the
+    // cell's own context, valid for as long as a coroutine handler may need it.
+    auto& m = static_cast<user_envelope<message_type>&>(message).message;
+    task<void> awaiting = state.current->receive(m, self.handler_context);
+    if (awaiting.valid()) prepare_awaiting_handler(self, message, std::move(awaiting));
+  }
   static void destroy_behaviour(actor_cell& base, const exit_reason& reason) noexcept {
     B& b = static_cast<typed_cell&>(base).behaviour();
     if constexpr (requires { b.on_stop(reason); }) {
@@ -551,6 +611,9 @@ struct typed_cell final : actor_cell {
         // A crash while stopping changes nothing: the actor is halting already.
       }
     }
+    // The become handlers before the behaviour: they may refer to it. No handler is in flight
+    // (halt comes after the last one ended, or after shutdown abandoned them).
+    delete std::exchange(base.become, nullptr);
     b.~B();
   }
   static void free_cell(actor_cell& base) noexcept {
@@ -567,6 +630,14 @@ struct typed_cell final : actor_cell {
   static constexpr bool has_children = requires(const B& b, std::vector<actor_cell*>& out) {
     b.children_in_stop_order(out);
   };
+  // `static constexpr bool interleaves = true;` (actor_await.hpp, "Interleaving").
+  static constexpr bool interleaving = [] {
+    if constexpr (requires { B::interleaves; }) {
+      return bool(B::interleaves);
+    } else {
+      return false;
+    }
+  }();
   static constexpr actor_vtable vtable{
       &typed_cell::handle,
       &typed_cell::destroy_behaviour,
@@ -574,7 +645,8 @@ struct typed_cell final : actor_cell {
       requires(B& b, exit_message& x, context_type& c) { b.on_exit(x, c); },
       &typeid(message_type),
       requires(B& b, const exit_reason& r, context_type& c) { b.on_stop_request(r, c); },
-      has_children ? &typed_cell::children_in_stop_order : nullptr};
+      has_children ? &typed_cell::children_in_stop_order : nullptr,
+      interleaving};
 
   alignas(B) unsigned char storage[sizeof(B)];
 };

@@ -132,6 +132,15 @@ struct actor_vtable {
   // Supervisors only (null otherwise): the children it runs, in the order they must stop.
   // Runtime shutdown halts them, depth first, before the supervisor (no worker runs then).
   void (*children_in_stop_order)(actor_cell& cell, std::vector<actor_cell*>& out);
+  // The behaviour says `static constexpr bool interleaves = true;`: its awaiting handlers let
+  // other messages in while they await (actor_await.hpp, "Interleaving").
+  bool interleaves;
+};
+
+// What ctx.become installed (actor_become.hpp); typed by the actor's message type, destroyed
+// with the behaviour.
+struct become_state_base {
+  virtual ~become_state_base() = default;
 };
 
 // Where the owner keeps the actor (owner-only).
@@ -245,6 +254,11 @@ struct actor_cell {
   // `handler_crash`).
   bool awaiting_handler = false;
   bool handler_ended = false;
+  // Interleaving behaviours (actor_await.hpp, "Interleaving"): while `handlers_in_flight`
+  // (below) is not 0 the actor never halts: a halt waits (`halting`, its reason in
+  // halt_reason) for the handlers, cancelled, to unwind; `handler_ended` then asks the run's
+  // attention (the wake of the last handler's end).
+  bool halting = false;
   std::exception_ptr handler_crash;
   void* awaiting_start = nullptr;  // the wrapper task's frame, prepared by handle, started by the run
   // Mailbox growth (G4, diagnostics/warnings.hpp): the hysteresis of its backlog warning.
@@ -254,6 +268,9 @@ struct actor_cell {
   exit_reason halt_reason;
   // Charged by the running handler beyond the one reduction per message (actor_context).
   std::uint32_t extra_charge = 0;
+  // A become handler is installed (actor_become.hpp): the one test on every user message's
+  // path, so here, beside the fields every run touches (the rest of become is at the end).
+  bool become_active = false;
 
   // --- diagnostics (SPEC G1; actor_scheduler.hpp, "Diagnostics"): read by snapshots on any
   // thread, while the cell is in its system's directory ---------------------------------------
@@ -264,11 +281,24 @@ struct actor_cell {
   std::atomic<std::uint64_t> messages_handled{0};
   std::atomic<std::uint64_t> reductions_used{0};       // owner, added at the end of each run
   std::atomic<std::uint32_t> mailbox_high_water{0};    // owner, sampled when it takes its mailbox
+  std::atomic<std::uint32_t> stash_length{0};          // owner: envelopes in the stash
   std::atomic<actor_id> supervisor{0};                 // set by the supervisor that started it
   std::atomic<std::uint32_t> restarts{0};              // that child's starts before this one
   actor_cell* directory_previous = nullptr;  // links in the system's directory (its lock)
   actor_cell* directory_next = nullptr;
   bool listed = false;                       // under the directory lock
+
+  // --- owner-only, off the message path (last: the fields every run touches keep the cache
+  // lines they had, four; a ring of 1,000 actors touches a cold cell at every hop) -------------
+  // Interleaving behaviours: handlers started and not yet ended (see `halting` above).
+  std::uint32_t handlers_in_flight = 0;
+  // The stash (actor_stash.hpp): user envelopes put aside by ctx.stash, oldest first, linked
+  // through `next`; at most stash_capacity of them. Destroyed at halt (invariant X).
+  std::uint32_t stash_capacity = 0;
+  envelope* stash_head = nullptr;
+  envelope* stash_tail = nullptr;
+  // ctx.become's handlers (actor_become.hpp); null until the first become.
+  become_state_base* become = nullptr;
 
   void add_reference() noexcept {
     references.fetch_add(1, std::memory_order_relaxed);  // relaxed: the caller already holds one
@@ -283,6 +313,11 @@ void count_cell(int delta) noexcept;
 send_result push_message(actor_cell& cell, envelope* message) noexcept;
 // Pushes a notification or control envelope, bypassing the capacity of bounded mailboxes.
 void push_system_message(actor_cell& cell, envelope* message) noexcept;
+// The owner's thread, outside a run (an interleaved handler's step, actor_await.hpp): the actor
+// has work that is not in its mailbox (unstashed messages, a handler's outcome); moves it out
+// of Receiving and wakes it, as a sender would (invariant W); nothing if it is not Receiving
+// (it is queued, or running, and its run sees the work).
+void wake_for_owner_work(actor_cell& cell) noexcept;
 // Registers `watcher` to be told when `target` halts; if it already has, the watcher gets the
 // notification (the target's final reason) at once. monitor_id 0 means a link (both
 // directions; a link that exists already is left as it is: links are a set).

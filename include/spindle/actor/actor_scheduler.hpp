@@ -256,6 +256,13 @@ class actor_scheduler {
   void hand_over(actor_detail::actor_cell* cell, std::uint32_t target,
                  actor_detail::adopt_mode mode) noexcept;
   void halt(actor_detail::actor_cell* cell, exit_reason reason, bool notify) noexcept;
+  // The run's end by halting: halt() at once, unless an interleaving actor has handlers in
+  // flight; then it is marked halting, its handlers are cancelled, and it waits Receiving for
+  // the last one's end (actor_await.hpp, "Interleaving").
+  void finish(actor_detail::actor_cell* cell, exit_reason reason) noexcept;
+  // At a run's start, `handler_ended` set: carries out a kill, a handler's crash or stop, or a
+  // halt that waited for handlers. True if the run ends there.
+  bool settle_handlers(actor_detail::actor_cell* cell) noexcept;
   void add_homed(actor_detail::actor_cell* cell) noexcept;
   void remove_homed(actor_detail::actor_cell* cell) noexcept;
   // A fresh quantum (reductions and time), stamped with the segment clock.
@@ -345,6 +352,7 @@ struct actor_info {
   bool more_waiting = false;
   std::uint32_t mailbox_high_water = 0;  // the longest its owner found it
   std::uint32_t mailbox_capacity = 0;    // 0: unbounded
+  std::uint32_t stashed = 0;  // in its stash (ctx.stash), included in mailbox_length
   std::uint64_t messages_handled = 0;
   std::uint64_t reductions = 0;  // used since it was spawned (A3)
   // False while diagnostics_options::records is off: the statistics above (but a bounded

@@ -1,0 +1,137 @@
+// Switching behaviour (issue 17, Akka's become/unbecome): a handler installs another handler
+// for the actor's next user messages:
+//
+//   void receive(command& c, spindle::actor_context<command>& ctx) {
+//     if (c.kind == command::open) {
+//       ctx.become([this](command& next, spindle::actor_context<command>& ctx) { ... });
+//     }
+//   }
+//   ... ctx.unbecome();   // back to the behaviour's own receive
+//
+// The handler is any callable a function actor could have: (M&, actor_context<M>&) or (M&) (or
+// taking M by value, rvalue or const reference), returning void or task<void> (it may await,
+// as receive may: actor_await.hpp). It handles user messages only; on_start, on_down, on_exit,
+// on_stop_request and on_stop stay the behaviour's.
+//
+// Replace, not a stack: become(h) replaces the current handler, unbecome() returns to receive.
+// A state machine's transitions are replacements (gen_statem's next state, Akka Typed's
+// returned behaviour); a stack (Akka classic's become(h, discardOld = false), CAF's
+// keep_behavior) grows by one at every become that is not paired with an unbecome, the leak
+// Akka's documentation warns about. A behaviour that wants to go back to a state it was in
+// names it (become(that_state) again), so the depth of its history is its own choice.
+//
+// Lifetime: a replaced handler may still be running (it replaced itself), or its coroutine may
+// still be suspended (an awaiting handler's frame refers to the callable's captures), so it is
+// retired, not destroyed: the retired ones are destroyed when the next message's handling
+// starts with no handler in flight (always, for an actor that does not interleave) and a become
+// handler installed, and all at halt, after on_stop and before the behaviour (the handlers may
+// refer to it).
+//
+// Who touches it: owner-only (the owner's run, or a handler's step on the home executor,
+// actor_await.hpp). Cost: one test of the cell's `become_active` per user message (a flag, not
+// the state's pointer: it is false again after an unbecome, when the retired handlers still
+// need the state), and no call: the test jumps to an out-of-line handler (a call there would
+// make every handle() save registers for it).
+#pragma once
+
+#include <concepts>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "spindle/actor/actor_cell.hpp"
+#include "spindle/task/task.hpp"
+
+namespace spindle {
+
+template <class M>
+class actor_context;
+
+namespace actor_detail {
+
+// What a function actor's function may be (and a become handler): called with the message (as
+// an rvalue if it takes one, else as an lvalue) and the context, or with the message only.
+template <class F, class M>
+concept message_handler =
+    std::invocable<F&, M&&, actor_context<M>&> || std::invocable<F&, M&, actor_context<M>&> ||
+    std::invocable<F&, M&&> || std::invocable<F&, M&>;
+
+template <class M, class F>
+decltype(auto) call_message_handler(F& handler, M& message, actor_context<M>& context) {
+  if constexpr (std::invocable<F&, M&&, actor_context<M>&>) {
+    return handler(std::move(message), context);
+  } else if constexpr (std::invocable<F&, M&, actor_context<M>&>) {
+    return handler(message, context);
+  } else if constexpr (std::invocable<F&, M&&>) {
+    return handler(std::move(message));
+  } else {
+    return handler(message);
+  }
+}
+
+template <class M>
+struct become_handler {
+  virtual ~become_handler() = default;
+  // Handles one user message: the handler's task if it awaits (not started), else empty.
+  virtual task<void> receive(M& message, actor_context<M>& context) = 0;
+};
+
+template <class M, class F>
+struct become_function final : become_handler<M> {
+  using result = std::remove_cvref_t<decltype(call_message_handler<M>(
+      std::declval<F&>(), std::declval<M&>(), std::declval<actor_context<M>&>()))>;
+  static_assert(std::is_void_v<result> || std::is_same_v<result, task<void>>,
+                "spindle: a become handler returns void or task<void>");
+
+  explicit become_function(F f) : function(std::move(f)) {}
+  task<void> receive(M& message, actor_context<M>& context) override {
+    if constexpr (std::is_void_v<result>) {
+      call_message_handler<M>(function, message, context);
+      return task<void>();
+    } else {
+      return call_message_handler<M>(function, message, context);
+    }
+  }
+  F function;
+};
+
+template <class M>
+struct become_state final : become_state_base {
+  std::unique_ptr<become_handler<M>> current;  // null: the behaviour's own receive
+  std::vector<std::unique_ptr<become_handler<M>>> retired;  // see "Lifetime"
+};
+
+template <class M>
+become_state<M>& become_state_of(actor_cell& cell) {
+  if (cell.become == nullptr) cell.become = new become_state<M>();
+  // The cell's message type is M (actor_context<M> and typed_cell agree): the state is ours.
+  return static_cast<become_state<M>&>(*cell.become);
+}
+
+// Retires the current handler; room is made first, so nothing changes if that throws.
+template <class M>
+void retire_current(become_state<M>& state) {
+  if (!state.current) return;
+  state.retired.reserve(state.retired.size() + 1);
+  state.retired.push_back(std::move(state.current));
+}
+
+template <class M, class F>
+void become(actor_cell& cell, F&& handler) {
+  auto installed = std::make_unique<become_function<M, std::decay_t<F>>>(std::forward<F>(handler));
+  become_state<M>& state = become_state_of<M>(cell);
+  retire_current(state);
+  state.current = std::move(installed);
+  cell.become_active = true;
+}
+
+template <class M>
+void unbecome(actor_cell& cell) {
+  if (cell.become == nullptr) return;
+  retire_current(static_cast<become_state<M>&>(*cell.become));
+  cell.become_active = false;
+}
+
+}  // namespace actor_detail
+}  // namespace spindle
