@@ -31,8 +31,12 @@
 // Exactly once (one-shot): disarm() returning true means the entry was in the wheel and now is
 // not: the fire never runs, cancel() returns true, nothing is sent. False means the fire callback
 // has completed (the service mutex is a barrier): the message was pushed, cancel() returns
-// false. Delivered xor cancelled. A message pushed after the actor halted is dropped by the
+// false. Sent xor cancelled. A message pushed after the actor halted is dropped by the
 // closed mailbox (actor_cell.hpp, invariant X): no message is ever handled by a halted actor.
+// A timer's send is a send like any other: to an actor with a bounded mailbox that is full
+// (spawn_options::capacity) the message is refused and dropped (send_result::full), and
+// cancel() still returns false: the timer fired. Size the mailbox for the timers aimed at it,
+// or use send_interval, which keeps at most one tick queued.
 //
 // Periodic: fire at deadline, deadline + period, ... (repeat() keeps the phase: no drift). At
 // most one tick of a timer is in the mailbox: `tick_pending` is set by the fire that pushes a
