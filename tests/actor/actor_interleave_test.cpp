@@ -7,16 +7,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <memory>
+#include <cstddef>
 #include <mutex>
-#include <random>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "spindle/spindle.hpp"
+#include "actor/ledger_stress.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -43,16 +42,31 @@ struct step_guard {
   ~step_guard() { inside.fetch_sub(1); }
 };
 
-// Negative messages wait for `gate` inside their handler; others are logged at once.
+// Negative messages wait for `gate` inside their handler; others are logged at once. With
+// `stashes`, message 0 waits for `gate` instead, then opens and unstashes from that later step;
+// the others are stashed until it opens.
 struct interleaver {
   using message_type = int;
   static constexpr bool interleaves = true;
   spindle::event* gate;
   std::mutex* mutex;
   std::vector<int>* log;
-  std::atomic<int>* cancelled;
-  spindle::task<void> receive(int n, actor_context<int>&) {
-    if (n < 0) {
+  std::atomic<int>* cancelled = nullptr;
+  bool stashes = false;
+  bool open = false;
+  spindle::task<void> receive(int n, actor_context<int>& ctx) {
+    if (stashes) {
+      if (n == 0) {
+        co_await gate->wait();  // the others are stashed meanwhile
+        open = true;
+        ctx.unstash_all();  // a step outside any run
+        co_return;
+      }
+      if (!open) {
+        ctx.stash(std::move(n));
+        co_return;
+      }
+    } else if (n < 0) {
       try {
         co_await gate->wait();
       } catch (const spindle::task_cancelled&) {
@@ -65,6 +79,14 @@ struct interleaver {
   }
 };
 
+// The log (written under `mutex`) holds `size` messages within 10 s.
+bool log_reaches(std::mutex& mutex, const std::vector<int>& log, std::size_t size) {
+  return eventually([&] {
+    std::lock_guard lock(mutex);
+    return log.size() == size;
+  }, 10s);
+}
+
 TEST(ActorInterleave, OtherMessagesAreHandledWhileAHandlerAwaits) {
   spindle::event gate;
   std::mutex mutex;
@@ -75,17 +97,11 @@ TEST(ActorInterleave, OtherMessagesAreHandledWhileAHandlerAwaits) {
   ref.send(-1);
   ref.send(-2);
   for (int n = 1; n <= 5; ++n) ref.send(n);
-  ASSERT_TRUE(eventually([&] {
-    std::lock_guard lock(mutex);
-    return log.size() == 5;
-  }, 10s));
+  ASSERT_TRUE(log_reaches(mutex, log, 5));
   // Not parked Running while its handlers await: it goes Receiving once its run ends.
   EXPECT_TRUE(eventually([&] { return ref.state() == actor_state::receiving; }, 10s));
   gate.set();
-  ASSERT_TRUE(eventually([&] {
-    std::lock_guard lock(mutex);
-    return log.size() == 7;
-  }, 10s));
+  ASSERT_TRUE(log_reaches(mutex, log, 7));
   std::lock_guard lock(mutex);
   EXPECT_EQ(log, (std::vector<int>{1, 2, 3, 4, 5, -1, -2}));
 }
@@ -99,10 +115,7 @@ TEST(ActorInterleave, AKillCancelsEveryHandlerInFlightAndHaltsAfterThem) {
   auto ref = spawn_actor<interleaver>(rt, &gate, &mutex, &log, &cancelled);
   for (int n = 1; n <= 10; ++n) ref.send(-n);
   ref.send(1);
-  ASSERT_TRUE(eventually([&] {
-    std::lock_guard lock(mutex);
-    return log.size() == 1;
-  }, 10s));
+  ASSERT_TRUE(log_reaches(mutex, log, 1));
   auto down = spindle::monitor_actor(ref);
   ref.kill();
   EXPECT_EQ(spindle::testing::receive_within(std::move(down)).kind, exit_kind::killed);
@@ -171,10 +184,7 @@ TEST(ActorInterleave, ShutdownWithHandlersInFlightFreesEverything) {
     auto ref = spawn_actor<interleaver>(rt, &never, &mutex, &log, &cancelled);
     for (int n = 1; n <= 5; ++n) ref.send(-n);
     ref.send(1);
-    ASSERT_TRUE(eventually([&] {
-      std::lock_guard lock(mutex);
-      return log.size() == 1;
-    }, 10s));
+    ASSERT_TRUE(log_reaches(mutex, log, 1));
   }
   EXPECT_EQ(spindle::actor_system::live_cells(), baseline);
 }
@@ -305,74 +315,37 @@ TEST(ActorInterleave, AStepsTimeAndChargeCountAgainstTheQuantum) {
   check_steps_are_charged<true>();
 }
 
-// An interleaved handler that stashes, while another unstashes from a later step: the unstash
-// happens outside any run, and the actor, Receiving, must still be woken for them.
-struct interleaved_gatekeeper {
-  using message_type = int;
-  static constexpr bool interleaves = true;
-  spindle::event* gate;
-  std::mutex* mutex;
-  std::vector<int>* log;
-  bool open = false;
-  spindle::task<void> receive(int n, actor_context<int>& ctx) {
-    if (n == 0) {
-      co_await gate->wait();  // the others are stashed meanwhile
-      open = true;
-      ctx.unstash_all();  // a step outside any run
-      co_return;
-    }
-    if (!open) {
-      ctx.stash(std::move(n));
-      co_return;
-    }
-    std::lock_guard lock(*mutex);
-    log->push_back(n);
-  }
-};
-
+// The interleaver with `stashes`: handlers stash while message 0's unstashes from a later step;
+// the unstash happens outside any run, and the actor, Receiving, must still be woken for them.
 TEST(ActorInterleave, AnUnstashInALaterStepWakesTheActor) {
   spindle::event gate;
   std::mutex mutex;
   std::vector<int> log;
   runtime rt({.workers = 2});
-  auto ref = spawn_actor<interleaved_gatekeeper>(rt, &gate, &mutex, &log);
+  auto ref = spawn_actor<interleaver>(rt, &gate, &mutex, &log, nullptr, true);
   ref.send(0);
   for (int n = 1; n <= 4; ++n) ref.send(n);
   ASSERT_TRUE(eventually([&] { return ref.cell()->stash_length.load() == 4; }, 10s));
   ASSERT_TRUE(eventually([&] { return ref.state() == actor_state::receiving; }, 10s));
   gate.set();
-  ASSERT_TRUE(eventually([&] {
-    std::lock_guard lock(mutex);
-    return log.size() == 4;
-  }, 10s));
+  ASSERT_TRUE(log_reaches(mutex, log, 4));
   std::lock_guard lock(mutex);
   EXPECT_EQ(log, (std::vector<int>{1, 2, 3, 4}));
 }
 
 // --- stress ----------------------------------------------------------------------------------
 
-// Each token is handled or destroyed exactly once (`ledger[id]` counts both).
-struct interleave_token {
-  std::atomic<int>* ledger = nullptr;
-  int id = -1;
-  interleave_token(std::atomic<int>* l, int i) : ledger(l), id(i) {}
-  interleave_token(interleave_token&& other) noexcept
-      : ledger(other.ledger), id(std::exchange(other.id, -1)) {}
-  interleave_token& operator=(interleave_token&&) = delete;
-  ~interleave_token() {
-    if (id >= 0) ledger[id].fetch_add(1);
-  }
-};
+using spindle_test_ledger::ledger_token;
 
 struct interleave_stress_actor {
-  using message_type = interleave_token;
+  using message_type = ledger_token;
   static constexpr bool interleaves = true;
   std::atomic<int>* overlaps;
   std::atomic<int>* max_in_flight;
   std::atomic<int>* handled;
   std::atomic<int> inside{0};  // this actor's steps in progress
   int in_flight = 0;
-  spindle::task<void> receive(interleave_token& t, actor_context<interleave_token>& ctx) {
+  spindle::task<void> receive(ledger_token& t, actor_context<ledger_token>& ctx) {
     {
       step_guard g(inside, *overlaps, ctx.executor_index());
       spindle::testing::raise_max(*max_in_flight, ++in_flight);
@@ -388,78 +361,25 @@ struct interleave_stress_actor {
     }
     step_guard g(inside, *overlaps, ctx.executor_index());
     if (t.id % 1999 == 0) throw std::runtime_error("planned crash");
-    t.ledger[std::exchange(t.id, -1)].fetch_add(1);  // handled
+    t.consume();
     handled->fetch_add(1);
   }
 };
 
 TEST(ActorInterleaveStress, ManySendersManyHandlersInFlightKillsRacingEveryMessageOnce) {
-  const int per_thread = spindle::testing::under_tsan ? 2000 : 15000;
-  constexpr int threads = 4;
-  const int total = per_thread * threads;
-  std::unique_ptr<std::atomic<int>[]> ledger(new std::atomic<int>[total]);
-  for (int i = 0; i < total; ++i) ledger[i].store(0);
   std::atomic<int> overlaps{0};
   std::atomic<int> max_in_flight{0};
   std::atomic<int> handled{0};
-  const std::uint64_t baseline = spindle::actor_system::live_cells();
-  {
-    runtime rt({.workers = 2});
-    std::mutex refs_mutex;
-    std::vector<spindle::actor_ref<interleave_token>> refs;
-    for (int i = 0; i < 8; ++i) {
-      refs.push_back(spawn_actor<interleave_stress_actor>(rt, &overlaps, &max_in_flight, &handled));
-    }
-    std::atomic<bool> sending{true};
-    std::thread killer([&] {
-      std::mt19937 random(11);
-      while (sending.load()) {
-        std::this_thread::sleep_for(200us);  // pacing, not synchronisation
-        std::lock_guard lock(refs_mutex);
-        const std::size_t victim = random() % refs.size();
-        if (random() % 2 == 0) {
-          refs[victim].kill();
-        } else {
-          refs[victim].stop();
-        }
-        refs[victim] =
-            spawn_actor<interleave_stress_actor>(rt, &overlaps, &max_in_flight, &handled);
-      }
-    });
-    std::vector<std::thread> senders;
-    for (int t = 0; t < threads; ++t) {
-      senders.emplace_back([&, t] {
-        for (int i = 0; i < per_thread; ++i) {
-          const int id = t * per_thread + i;
-          spindle::actor_ref<interleave_token> target;
-          {
-            std::lock_guard lock(refs_mutex);
-            target = refs[std::size_t(id) % refs.size()];
-          }
-          target.send(interleave_token(ledger.get(), id));
-        }
+  const int total = spindle_test_ledger::run_ledger_stress(
+      {.per_thread = spindle::testing::under_tsan ? 2000 : 15000,
+       .killer_seed = 11,
+       .halt_within = 30s},
+      [&](runtime& rt) {
+        return spawn_actor<interleave_stress_actor>(rt, &overlaps, &max_in_flight, &handled);
       });
-    }
-    for (auto& s : senders) s.join();
-    sending.store(false);
-    killer.join();
-    std::lock_guard lock(refs_mutex);
-    for (auto& r : refs) r.stop();
-    for (auto& r : refs) spindle::testing::receive_within(spindle::monitor_actor(r), 30s);
-  }
-  EXPECT_EQ(spindle::actor_system::live_cells(), baseline);
   EXPECT_EQ(overlaps.load(), 0);
   EXPECT_GT(max_in_flight.load(), 1);
   EXPECT_GT(handled.load(), total / 50) << "the kills left little to handle";
-  int wrong = 0;
-  for (int i = 0; i < total; ++i) {
-    if (ledger[i].load() != 1) {
-      if (++wrong < 5) {
-        ADD_FAILURE() << "token " << i << " accounted " << ledger[i].load() << " times";
-      }
-    }
-  }
-  EXPECT_EQ(wrong, 0);
 }
 
 }  // namespace

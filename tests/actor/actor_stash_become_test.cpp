@@ -10,14 +10,13 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "spindle/spindle.hpp"
+#include "actor/ledger_stress.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -396,19 +395,7 @@ TEST(ActorBecome, RetiredHandlersGoAtTheNextMessageAndTheCurrentOneAtHalt) {
 
 // --- stress ----------------------------------------------------------------------------------
 
-// Every token is handled or destroyed exactly once: `ledger[id]` counts both.
-struct ledger_token {
-  std::atomic<int>* ledger = nullptr;
-  int id = -1;
-  ledger_token(std::atomic<int>* l, int i) : ledger(l), id(i) {}
-  ledger_token(ledger_token&& other) noexcept
-      : ledger(other.ledger), id(std::exchange(other.id, -1)) {}
-  ledger_token& operator=(ledger_token&&) = delete;
-  ~ledger_token() {
-    if (id >= 0) ledger[id].fetch_add(1);
-  }
-  void consume() { ledger[std::exchange(id, -1)].fetch_add(1); }
-};
+using spindle_test_ledger::ledger_token;
 
 // Closed: stashes; every 5th message toggles (opening unstashes); crashes on id % 997 == 0.
 struct stash_stress_actor {
@@ -433,70 +420,13 @@ struct stash_stress_actor {
 };
 
 TEST(ActorStashStress, SendersKillsAndCrashesRaceStashAndUnstashEveryMessageOnce) {
-  const int per_thread = spindle::testing::under_tsan ? 3000 : 20000;
-  constexpr int threads = 4;
-  const int total = per_thread * threads;
-  std::unique_ptr<std::atomic<int>[]> ledger(new std::atomic<int>[total]);
-  for (int i = 0; i < total; ++i) ledger[i].store(0);
   std::atomic<int> handled{0};
   std::atomic<int> unstashed{0};
-  const std::uint64_t baseline = spindle::actor_system::live_cells();
-  {
-    runtime rt({.workers = 2});
-    std::mutex refs_mutex;
-    std::vector<spindle::actor_ref<ledger_token>> refs;
-    for (int i = 0; i < 8; ++i) {
-      refs.push_back(spawn_actor<stash_stress_actor>(rt, &handled, &unstashed));
-    }
-    std::atomic<bool> sending{true};
-    std::thread killer([&] {
-      std::mt19937 random(7);
-      while (sending.load()) {
-        std::this_thread::sleep_for(200us);  // pacing, not synchronisation
-        std::lock_guard lock(refs_mutex);
-        const std::size_t victim = random() % refs.size();
-        if (random() % 2 == 0) {
-          refs[victim].kill();
-        } else {
-          refs[victim].stop();
-        }
-        // A fresh one takes its place.
-        refs[victim] = spawn_actor<stash_stress_actor>(rt, &handled, &unstashed);
-      }
-    });
-    std::vector<std::thread> senders;
-    for (int t = 0; t < threads; ++t) {
-      senders.emplace_back([&, t] {
-        for (int i = 0; i < per_thread; ++i) {
-          const int id = t * per_thread + i;
-          spindle::actor_ref<ledger_token> target;
-          {
-            std::lock_guard lock(refs_mutex);
-            target = refs[std::size_t(id) % refs.size()];
-          }
-          target.send(ledger_token(ledger.get(), id));  // halted: destroyed by the send
-        }
-      });
-    }
-    for (auto& s : senders) s.join();
-    sending.store(false);
-    killer.join();
-    std::lock_guard lock(refs_mutex);
-    for (auto& r : refs) r.stop();
-    for (auto& r : refs) spindle::testing::receive_within(spindle::monitor_actor(r));
-  }
-  EXPECT_EQ(spindle::actor_system::live_cells(), baseline);
+  const int total = spindle_test_ledger::run_ledger_stress(
+      {.per_thread = spindle::testing::under_tsan ? 3000 : 20000, .killer_seed = 7},
+      [&](runtime& rt) { return spawn_actor<stash_stress_actor>(rt, &handled, &unstashed); });
   EXPECT_GT(handled.load(), total / 50) << "the kills left little to handle";
   EXPECT_GT(unstashed.load(), 0);
-  int wrong = 0;
-  for (int i = 0; i < total; ++i) {
-    if (ledger[i].load() != 1) {
-      if (++wrong < 5) {
-        ADD_FAILURE() << "token " << i << " accounted " << ledger[i].load() << " times";
-      }
-    }
-  }
-  EXPECT_EQ(wrong, 0);
 }
 
 }  // namespace
