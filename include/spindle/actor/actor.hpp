@@ -588,7 +588,14 @@ struct typed_cell final : actor_cell {
     } else {
       context_type context(self);
       receive(context);
+      // A handler installed and retired in this same call (become then unbecome) has ended:
+      // with nothing in flight, no retired handler runs any more (actor_become.hpp).
+      if (self.become != nullptr) [[unlikely]] release_retired_if_idle(self);
     }
+  }
+  static void release_retired_if_idle(typed_cell& self) noexcept {
+    auto& state = static_cast<become_state<message_type>&>(*self.become);
+    if (!state.retired.empty() && self.handlers_in_flight == 0) state.retired.clear();
   }
   // A user message while a become handler is installed (actor_become.hpp).
   [[gnu::noinline]] static void handle_by_become(typed_cell& self, envelope& message) {
@@ -600,7 +607,11 @@ struct typed_cell final : actor_cell {
     // cell's own context, valid for as long as a coroutine handler may need it.
     auto& m = static_cast<user_envelope<message_type>&>(message).message;
     task<void> awaiting = state.current->receive(m, self.handler_context);
-    if (awaiting.valid()) prepare_awaiting_handler(self, message, std::move(awaiting));
+    if (awaiting.valid()) {
+      prepare_awaiting_handler(self, message, std::move(awaiting));
+    } else {
+      release_retired_if_idle(self);  // it returned: a handler it replaced has ended too
+    }
   }
   static void destroy_behaviour(actor_cell& base, const exit_reason& reason) noexcept {
     B& b = static_cast<typed_cell&>(base).behaviour();
