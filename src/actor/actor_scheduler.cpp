@@ -3,7 +3,6 @@
 #include "spindle/actor/actor_scheduler.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <utility>
 

@@ -125,15 +125,10 @@ executor::executor(runtime_core& core, std::uint32_t index, spindle::clock& cloc
 }
 
 void executor::timer_armed(void* self) noexcept {
+  // The entry is in the wheel (the service mutex was released after the insert): a parked
+  // owner computed its timeout before it; from another thread, wake it to compute it again.
   auto* armed_on = static_cast<executor*>(self);
-  // Armed by this executor's own thread: it computes its park timeout after, from the wheel.
-  if (current() == armed_on) return;
-  // Another thread: the entry is in the wheel (the service mutex was released after the
-  // insert). seq_cst fence: pairs with the parker's, as for work (runtime_core::schedule_on):
-  // either it registered as a sleeper before and we take it out and wake it, or it computes
-  // its timeout after and sees the entry.
-  fence_seq_cst();
-  if (armed_on->core_.cancel_park(armed_on->index_)) armed_on->parker().unpark();
+  armed_on->core_.wake_if_parked(armed_on->index_);
 }
 
 

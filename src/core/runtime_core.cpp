@@ -316,9 +316,16 @@ void runtime_core::schedule_on(std::uint32_t executor_index, runnable* r) noexce
   // relaxed: a statistic; several threads may push (see executor_stats::inbox_pushes).
   target.owner_stats().inbox_pushes.fetch_add(1, std::memory_order_relaxed);
   target.inbox().push(r);
-  // Queued by the target's own thread: it is awake and takes its inbox before it parks.
-  if (executor::current() == &target) return;
   // The inbox is not stealable: wake this executor specifically, whoever is searching.
+  wake_if_parked(executor_index);
+}
+
+void runtime_core::wake_if_parked(std::uint32_t executor_index) noexcept {
+  executor& target = executor_at(executor_index);
+  // Its own thread: it is awake, and looks at its inbox and timers before it parks.
+  if (executor::current() == &target) return;
+  // seq_cst fence: pairs with the parker's (Dekker): either it registered as a sleeper before
+  // and we take it out and wake it, or it looks after and sees what the caller published.
   fence_seq_cst();
   if (cancel_park(executor_index)) target.parker().unpark();
 }

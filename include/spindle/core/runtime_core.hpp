@@ -346,6 +346,9 @@ class runtime_core final : public scheduler {
   void transition_to_parked(std::uint32_t index, bool was_searching) noexcept;
   // Removes `index` from the sleepers if still there; returns true if it did.
   bool cancel_park(std::uint32_t index) noexcept;
+  // After publishing work or a timer for executor `index` only it can take: wakes it if it is
+  // parked (nothing if called from its own thread).
+  void wake_if_parked(std::uint32_t executor_index) noexcept;
   // Called by executor `index` when it stops parking: unregisters it if still registered
   // (returns false), else returns whether whoever woke it counted it as a searcher.
   bool leave_sleepers(std::uint32_t index) noexcept;
