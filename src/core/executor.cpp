@@ -61,9 +61,14 @@ void executor::install_ping_signal(int signal_number) {
 void executor::on_ping_signal(int signal_number, siginfo_t* info, void* context) noexcept {
   const int saved_errno = errno;  // the interrupted code may be between a call and its errno
   executor* self = detail::current_executor;
+  // A ping is marked with its executor (ping_if_due); anything else is the program's.
+  const bool marked = info != nullptr && info->si_code == SI_QUEUE && self != nullptr &&
+                      info->si_value.sival_ptr == static_cast<void*>(self);
   // relaxed exchange: a lock-free RMW, signal-safe; it only tells whether the monitor meant
-  // this signal (set before its pthread_kill) and tells the monitor the ping was taken.
-  if (self != nullptr && self->ping_pending_.exchange(false, std::memory_order_relaxed)) {
+  // this signal (set before it sent it) and tells the monitor the ping was taken.
+  if (marked && !self->ping_pending_.exchange(false, std::memory_order_relaxed)) {
+    // A second copy of a ping the monitor presumed lost, after the first was taken: nothing.
+  } else if (marked) {
     if (ping_handler handler = self->ping_handler_.load(std::memory_order_relaxed)) {
       std::atomic_signal_fence(std::memory_order_acquire);  // the context after the handler
       handler(self->ping_context_);
@@ -100,14 +105,20 @@ bool executor::ping_if_due(std::uint64_t now, std::uint64_t inside_ns, int signa
   }
   if (awake_since_ns_.load(std::memory_order_relaxed) == 0) return false;  // parked
   // The last ping has not been taken yet: its signal is still pending on the worker (blocked,
-  // or the worker is off the CPU). Sending again would not hurry it, and a real-time signal is
-  // queued rather than merged: the extra copy would find no ping pending and be passed on to
-  // the program's own handler. relaxed: the flag is this executor's; see on_ping_signal.
-  if (ping_pending_.load(std::memory_order_relaxed)) return false;
+  // or the worker is off the CPU), and sending again would not hurry it; unless it has been
+  // pending so long that it is presumed lost (see "Pings"; a second copy that arrives after the
+  // first was taken is dropped by the handler). relaxed: the flag is this executor's; see
+  // on_ping_signal.
+  if (ping_pending_.load(std::memory_order_relaxed) && now - ping_sent_ns_ < ping_presumed_lost_ns) {
+    return false;
+  }
   std::lock_guard lock(ping_mutex_);
   if (!pingable_) return false;  // not started, or left its loop: the thread may be gone
   ping_pending_.store(true, std::memory_order_relaxed);  // relaxed: see on_ping_signal
-  if (pthread_kill(thread_, signal_number) == 0) return true;
+  ping_sent_ns_ = now;
+  sigval mark{};
+  mark.sival_ptr = this;
+  if (pthread_sigqueue(thread_, signal_number, mark) == 0) return true;
   ping_pending_.store(false, std::memory_order_relaxed);  // not sent: nothing will take it
   return false;
 }

@@ -72,10 +72,10 @@ struct interleaving_with_one_handler_parked {
   }
 };
 
-// Not fixed yet: retired handlers are freed only with no handler in flight, so an
-// interleaving actor that always has one keeps them (each would need its own count of
-// coroutines in flight). Disabled so the suite stays green; --gtest_also_run_disabled_tests.
-TEST(ActorBecomeRetiredAttack, DISABLED_InterleavingActorWithAHandlerInFlightKeepsNoHandlerPerMessage) {
+// Retired handlers were freed only with no handler of the actor in flight, so an interleaving
+// actor that always had one (here parked for an hour) kept every handler it retired: 1,000 after
+// 1,000 messages. Each handler now counts its own coroutines in flight (actor_become.hpp).
+TEST(ActorBecomeRetiredAttack, InterleavingActorWithAHandlerInFlightKeepsNoHandlerPerMessage) {
   retired_capture::alive.store(0);
   std::atomic<int> handled{0};
   spindle::runtime rt;
@@ -86,6 +86,56 @@ TEST(ActorBecomeRetiredAttack, DISABLED_InterleavingActorWithAHandlerInFlightKee
   ASSERT_TRUE(eventually([&] { return handled.load() == messages; }, 10s));
   EXPECT_LE(retired_capture::alive.load(), 2) << "retired handlers alive after " << messages
                                                << " messages";
+}
+
+// An awaiting handler that replaces itself is retired while its coroutine is suspended: it must
+// stay alive until that coroutine ends (its frame refers to the handler's members), and go then.
+// Interleaving, so many of its coroutines are suspended at once, each in a different handler.
+struct awaiting_self_replacing_handler {
+  std::atomic<int>* finished;
+  retired_capture capture;
+  int canary = 0x5eed;
+  spindle::task<void> operator()(int&, actor_context<int>& ctx) {
+    ctx.become(awaiting_self_replacing_handler{finished, {}});
+    co_await spindle::sleep_for(2ms);
+    EXPECT_EQ(canary, 0x5eed) << "a retired handler was destroyed while its coroutine ran";
+    finished->fetch_add(1);
+  }
+};
+
+template <bool Interleaves>
+struct installs_awaiting_handler {
+  using message_type = int;
+  static constexpr bool interleaves = Interleaves;
+  std::atomic<int>* finished;
+  void receive(int&, actor_context<int>& ctx) {
+    ctx.become(awaiting_self_replacing_handler{finished, {}});
+    finished->fetch_add(1);
+  }
+};
+
+template <bool Interleaves>
+void check_awaiting_handlers_replacing_themselves() {
+  retired_capture::alive.store(0);
+  std::atomic<int> finished{0};
+  spindle::runtime rt;
+  auto ref = spindle::spawn_actor<installs_awaiting_handler<Interleaves>>(rt, &finished);
+  constexpr int messages = 300;
+  for (int i = 0; i < messages; ++i) ref.send(i);
+  ASSERT_TRUE(eventually([&] { return finished.load() == messages; }, 20s));
+  // One more message: its handling starts with every earlier coroutine ended.
+  ref.send(0);
+  ASSERT_TRUE(eventually([&] { return finished.load() == messages + 1; }, 10s));
+  EXPECT_LE(retired_capture::alive.load(), 3) << "retired handlers alive after " << messages
+                                              << " messages";
+}
+
+TEST(ActorBecomeRetiredAttack, AwaitingHandlerThatReplacesItselfLivesUntilItsCoroutineEnds) {
+  check_awaiting_handlers_replacing_themselves<false>();
+}
+
+TEST(ActorBecomeRetiredAttack, InterleavedAwaitingHandlersThatReplaceThemselvesLiveUntilTheyEnd) {
+  check_awaiting_handlers_replacing_themselves<true>();
 }
 
 }  // namespace

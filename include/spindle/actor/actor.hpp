@@ -588,21 +588,21 @@ struct typed_cell final : actor_cell {
     } else {
       context_type context(self);
       receive(context);
-      // A handler installed and retired in this same call (become then unbecome) has ended:
-      // with nothing in flight, no retired handler runs any more (actor_become.hpp).
+      // A handler installed and retired in this same call (become then unbecome) has ended,
+      // unless a coroutine of its own is in flight (actor_become.hpp).
       if (self.become != nullptr) [[unlikely]] release_retired_if_idle(self);
     }
   }
   static void release_retired_if_idle(typed_cell& self) noexcept {
     auto& state = static_cast<become_state<message_type>&>(*self.become);
-    if (!state.retired.empty() && self.handlers_in_flight == 0) state.retired.clear();
+    if (!state.retired.empty()) release_ended_handlers(state);
   }
   // A user message while a become handler is installed (actor_become.hpp).
   [[gnu::noinline]] static void handle_by_become(typed_cell& self, envelope& message) {
     auto& state = static_cast<become_state<message_type>&>(*self.become);
-    // No handler in flight (there never is, unless the behaviour interleaves): the retired
-    // handlers' calls and coroutines have all ended.
-    if (!state.retired.empty() && self.handlers_in_flight == 0) state.retired.clear();
+    // No handler call is on the stack here: the retired handlers with no coroutine in flight
+    // have ended.
+    if (!state.retired.empty()) release_ended_handlers(state);
     // The handler may replace itself (it is retired, alive until it has ended). It gets the
     // cell's own context, valid for as long as a coroutine handler may need it.
     auto& m = static_cast<user_envelope<message_type>&>(message).message;
@@ -688,11 +688,19 @@ struct no_preparation {
 // it (actor_context::spawn_link and spawn_monitor place their watch there, so the child cannot
 // halt unobserved); if it throws, it undid its own work, and the unpublished cell is discarded
 // (its behaviour destroyed without on_stop: it never started).
+//
+// A spawn from a thread that is not one of the runtime's workers races the runtime's shutdown:
+// between its stopping check and its adopt message, the shutdown could drain the mailboxes and
+// make its one pass over the orphans, and the actor was then never halted (its monitors never
+// told, its cell leaked). So that span, from the check to the adopt message, is inside the
+// runtime's gate to outside threads (core/outside_gate.hpp): the drain waits for it, and the
+// adopt message is then in a mailbox the drain hands back as an orphan. The behaviour is built
+// before the gate: its constructor is the user's, and nothing may block inside a gate.
 template <class B, class Prepare, class... A>
 actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
                                                    const spawn_options& options, Prepare&& prepare,
                                                    A&&... args) {
-  if (system.stopping()) throw runtime_stopped();
+  if (system.stopping()) throw runtime_stopped();  // early: nothing built for a refused spawn
   const std::uint32_t home = pick_home(system, options);
   const std::uint32_t quantum = options.quantum != 0 ? options.quantum : system.options().quantum;
   void* memory = core::allocate_frame(sizeof(typed_cell<B>));
@@ -706,7 +714,21 @@ actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
   }
   adopt_mode mode = adopt_mode::idle;
   bool listed = false;
+  // Inside the gate from the check below to the adopt message (see above); workers of this
+  // runtime need none (they all left their loops before the drain).
+  struct outside_span {
+    core::runtime_core* inside = nullptr;
+    void leave() noexcept {
+      if (inside != nullptr) std::exchange(inside, nullptr)->leave_from_outside();
+    }
+    ~outside_span() { leave(); }
+  } span;
   try {
+    if (system.current_index() < 0) {
+      if (!system.core().enter_from_outside()) throw runtime_stopped();
+      span.inside = &system.core();
+    }
+    if (system.stopping()) throw runtime_stopped();
     if constexpr (requires(B& b, actor_context<typename B::message_type>& c) { b.on_start(c); }) {
       // Queued before anyone can see the actor: it starts Runnable, no wake needed.
       cell->mailbox.store(new start_envelope(), std::memory_order_relaxed);  // relaxed: unpublished
@@ -722,6 +744,7 @@ actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
     listed = true;
     prepare(static_cast<actor_cell&>(*cell));
   } catch (...) {
+    span.leave();  // before the user's destructor runs
     if (listed) system.delist(cell);
     // relaxed: unpublished, this thread's own writes.
     if (envelope* start = cell->mailbox.load(std::memory_order_relaxed)) start->destroy(start);

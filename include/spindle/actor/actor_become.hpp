@@ -20,12 +20,16 @@
 // Akka's documentation warns about. A behaviour that wants to go back to a state it was in
 // names it (become(that_state) again), so the depth of its history is its own choice.
 //
-// Lifetime: a replaced handler may still be running (it replaced itself), or its coroutine may
+// Lifetime: a replaced handler may still be running (it replaced itself), or its coroutines may
 // still be suspended (an awaiting handler's frame refers to the callable's captures), so it is
-// retired, not destroyed: the retired ones are destroyed when the next message's handling
-// starts with no handler in flight (always, for an actor that does not interleave) and a become
-// handler installed, and all at halt, after on_stop and before the behaviour (the handlers may
-// refer to it).
+// retired, not destroyed. Each handler counts its coroutines not yet destroyed (`in_flight`: a
+// claim taken when its receive returns a task, dropped when that task's frame goes); a retired
+// handler is destroyed at the next point where no handler call is on the stack (a user
+// message's handling starts, or a synchronous handler call returned) once its own count is zero,
+// and all of them at halt, after on_stop and before the behaviour (they may refer to it). Its
+// own count, not the actor's: an interleaving actor may always have some handler in flight (one
+// parked for an hour), and a handler that replaced itself at every message was then kept once
+// per message for the actor's life (the issue 17 attack).
 //
 // Who touches it: owner-only (the owner's run, or a handler's step on the home executor,
 // actor_await.hpp). Cost: one test of the cell's `become_active` per user message (a flag, not
@@ -35,6 +39,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -70,9 +75,41 @@ decltype(auto) call_message_handler(F& handler, M& message, actor_context<M>& co
   }
 }
 
+struct become_handler_base {
+  virtual ~become_handler_base() = default;
+  // Owner-only (every step of a handler runs on the home executor, and its frame is destroyed
+  // there): this handler's coroutines not yet destroyed (see "Lifetime").
+  std::uint32_t in_flight = 0;
+};
+
+// One coroutine of a handler in flight: taken when its receive returns the task, dropped when
+// the task's frame is destroyed (the claim is a parameter of the frame that awaits the task, and
+// the last thing that frame destroys), whether it ran or not.
+class in_flight_claim {
+ public:
+  explicit in_flight_claim(become_handler_base& handler) noexcept : handler_(&handler) {
+    ++handler.in_flight;
+  }
+  in_flight_claim(in_flight_claim&& other) noexcept : handler_(std::exchange(other.handler_, nullptr)) {}
+  in_flight_claim& operator=(in_flight_claim&&) = delete;
+  ~in_flight_claim() {
+    if (handler_ != nullptr) --handler_->in_flight;
+  }
+
+ private:
+  become_handler_base* handler_;
+};
+
+// The handler's task, awaited inside a frame that holds its claim. `claim` is the first
+// parameter so it is destroyed after `handler_task` (the handler's own frame, which may refer
+// to the handler's captures).
+inline task<void> awaited_with_claim(in_flight_claim claim, task<void> handler_task) {
+  (void)claim;
+  co_await std::move(handler_task);
+}
+
 template <class M>
-struct become_handler {
-  virtual ~become_handler() = default;
+struct become_handler : become_handler_base {
   // Handles one user message: the handler's task if it awaits (not started), else empty.
   virtual task<void> receive(M& message, actor_context<M>& context) = 0;
 };
@@ -90,7 +127,10 @@ struct become_function final : become_handler<M> {
       call_message_handler<M>(function, message, context);
       return task<void>();
     } else {
-      return call_message_handler<M>(function, message, context);
+      // The claim before the call: a handler that replaces itself in its first step (which runs
+      // later) is already counted.
+      in_flight_claim claim(*this);
+      return awaited_with_claim(std::move(claim), call_message_handler<M>(function, message, context));
     }
   }
   F function;
@@ -101,6 +141,15 @@ struct become_state final : become_state_base {
   std::unique_ptr<become_handler<M>> current;  // null: the behaviour's own receive
   std::vector<std::unique_ptr<become_handler<M>>> retired;  // see "Lifetime"
 };
+
+// Destroys the retired handlers that have ended: no call of theirs on the stack (the caller's
+// word) and no coroutine of theirs in flight.
+template <class M>
+void release_ended_handlers(become_state<M>& state) noexcept {
+  std::erase_if(state.retired, [](const std::unique_ptr<become_handler<M>>& handler) {
+    return handler->in_flight == 0;
+  });
+}
 
 template <class M>
 become_state<M>& become_state_of(actor_cell& cell) {

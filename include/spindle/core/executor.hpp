@@ -79,7 +79,12 @@
 // lock, allocate or call into the runtime: it may publish on its own offer board (atomic
 // stores) and request the next ping; the monitor wakes an idle executor when a board holds
 // work after a ping. Pings are never sent while the worker is parked, nor after it left its
-// loop (`ping_mutex_` orders the monitor's pthread_kill against the worker's exit).
+// loop (`ping_mutex_` orders the monitor's signal against the worker's exit). A ping carries a
+// mark (pthread_sigqueue, si_value = the executor), so the handler tells a ping from the
+// program's own use of the signal even when it is a second copy: a ping not taken within
+// `ping_presumed_lost_ns` is sent again (a signal the kernel or a sanitizer deferred and then
+// dropped would otherwise stop pings to that worker for good; ThreadSanitizer was seen doing
+// it), and a copy that finds no ping pending is dropped, not passed on.
 #pragma once
 
 #include <pthread.h>
@@ -317,6 +322,9 @@ class executor {
   // Monitor: sends the ping signal if a ping is due (see "Pings"; `inside_ns`: how long the
   // monitor has seen the worker inside its current runnable); true if sent.
   bool ping_if_due(std::uint64_t now, std::uint64_t inside_ns, int signal_number) noexcept;
+  // A ping not taken for this long is sent again (see "Pings"): far longer than a worker the
+  // kernel descheduled waits for a CPU, so a pending ping is resent only when it was dropped.
+  static constexpr std::uint64_t ping_presumed_lost_ns = 50'000'000;
   // Monitor: whether the worker has taken the last ping (its handler ran).
   bool ping_taken() const noexcept { return !ping_pending_.load(std::memory_order_relaxed); }
   runnable* next_runnable() noexcept;
@@ -394,6 +402,7 @@ class executor {
   std::atomic<std::uint64_t> ping_deadline_ns_{0};
   std::atomic<std::uint64_t> ping_declined_at_{~std::uint64_t(0)};  // progress_ when declined
   std::atomic<bool> ping_pending_{false};
+  std::uint64_t ping_sent_ns_ = 0;  // monitor-only: when the pending ping was sent
   // Owner-only (the handler runs on the owner thread).
   std::atomic<ping_handler> ping_handler_{nullptr};
   void* ping_context_ = nullptr;
