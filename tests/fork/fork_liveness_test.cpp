@@ -126,15 +126,17 @@ spindle::task<void> fork_join_with_a_long_leaf(std::atomic<bool>* leaf_running,
   co_return;
 }
 
-// A 10 ms timer armed on executor 0, which then runs a fork-join computation held by a long
-// leaf, fires while the computation runs: executor 1 is idle (today the timer waits for the
-// computation to end).
+// A 250 ms timer armed on executor 0, which then runs a fork-join computation held by a long
+// leaf, fires while the computation runs: executor 1 is idle (the timer used to wait for the
+// computation to end). 250 ms, far below the leaf's 3 s, and long enough that the test sees the
+// timer armed and starts the computation before it is due: with 10 ms, TSan on a loaded machine
+// once missed the armed timer altogether (it had fired before the first look).
 TEST(ForkJoinLiveness, TimerOfAnExecutorRunningALongForkJoinFiresWhileAnotherIsIdle) {
   std::atomic<bool> release{false}, leaf_running{false}, resumed_while_running{false};
   std::atomic<int> stage{0};
   spindle::runtime rt({.workers = 2});
   set_on_exit release_leaf(release);
-  auto sleeper = rt.spawn_on(0, sleep_then_report(10ms, &stage, &leaf_running,
+  auto sleeper = rt.spawn_on(0, sleep_then_report(250ms, &stage, &leaf_running,
                                                   &resumed_while_running));
   ASSERT_TRUE(eventually(
       [&] { return stage.load() == 1 && rt.core().executor_at(0).timers().size() == 1; },
@@ -144,7 +146,7 @@ TEST(ForkJoinLiveness, TimerOfAnExecutorRunningALongForkJoinFiresWhileAnotherIsI
   ASSERT_TRUE(eventually([&] { return stage.load() == 2; }, liveness_wait + 2s))
       << "the sleeper never resumed";
   EXPECT_TRUE(resumed_while_running.load())
-      << "the 10 ms timer of executor 0 fired only after its fork-join leaf ran into its 3 s "
+      << "the 250 ms timer of executor 0 fired only after its fork-join leaf ran into its 3 s "
          "deadline, although executor 1 was idle";
   release.store(true);
   join_bounded(std::move(computation));
