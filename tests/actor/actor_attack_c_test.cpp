@@ -72,7 +72,7 @@ TEST(ActorAttackC, InterleavingReceiveThatBecomesThenUnbecomesKeepsNoHandlerPerM
 // list for ended handlers though none had ended. 50,000 messages took 5.3 s (release), against
 // 0.1 s for the same actor parking its receive's coroutines without become. Asserted as a ratio
 // of the fastest of a few batches (noise only slows a batch): late batches, with tens of
-// thousands parked, must cost about what early ones did.
+// thousands parked, must cost about what early ones did (within 10x).
 // EveryOther: only every other handler parks, the others end at once (so at every message a
 // retired handler has ended, and a sweep that scanned the whole list was quadratic again: 100,000
 // messages 3.2 s, against 0.2 s).
@@ -110,21 +110,22 @@ void check_parked_handlers_do_not_make_each_message_cost_more() {
     return std::chrono::steady_clock::now() - start;
   };
   constexpr int batch_size = 1000;
-  const auto fastest_of_five = [&] {
+  const auto fastest_of_seven = [&] {
     auto fastest = batch(batch_size);
-    for (int i = 0; i < 4; ++i) fastest = std::min(fastest, batch(batch_size));
+    for (int i = 0; i < 6; ++i) fastest = std::min(fastest, batch(batch_size));
     return fastest;
   };
-  const auto early = fastest_of_five();  // 0 to 5,000 messages handled
+  const auto early = fastest_of_seven();  // 0 to 7,000 messages handled
   batch(30000);
-  const auto late = fastest_of_five();  // 35,000 to 40,000 handled
+  const auto late = fastest_of_seven();  // 37,000 to 44,000 handled
   const double ratio = std::chrono::duration<double>(late).count() /
                        std::max(std::chrono::duration<double>(early).count(), 1e-6);
-  EXPECT_LT(ratio, 4.0) << "a batch of " << batch_size << " messages took "
+  // Before the fixes: 40x to 45x. Linear: about 1x; 10x leaves room for a loaded machine.
+  EXPECT_LT(ratio, 10.0) << "a batch of " << batch_size << " messages took "
                         << std::chrono::duration<double, std::milli>(early).count()
                         << " ms with few handlers parked, "
                         << std::chrono::duration<double, std::milli>(late).count()
-                        << " ms with " << (EveryOther ? "17,500" : "35,000") << " parked";
+                        << " ms with " << (EveryOther ? "18,500" : "37,000") << " parked";
 }
 
 TEST(ActorAttackC, ParkedSelfReplacingHandlersDoNotMakeEachMessageCostMore) {
