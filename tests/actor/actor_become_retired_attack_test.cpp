@@ -84,8 +84,12 @@ TEST(ActorBecomeRetiredAttack, InterleavingActorWithAHandlerInFlightKeepsNoHandl
   constexpr int messages = 1000;
   for (int i = 0; i < messages; ++i) ref.send(i);
   ASSERT_TRUE(eventually([&] { return handled.load() == messages; }, 10s));
-  EXPECT_LE(retired_capture::alive.load(), 2) << "retired handlers alive after " << messages
-                                               << " messages";
+  // The last handler counts before it replaces itself: seen at once, it may still be inside its
+  // become (itself, its replacement and the temporary it was made from: 3, seen 2 runs in 15
+  // under ThreadSanitizer). A leak keeps ~1000, so a bounded wait for the call to end is enough.
+  EXPECT_TRUE(eventually([&] { return retired_capture::alive.load() <= 2; }, 10s))
+      << "retired handlers alive after " << messages << " messages: "
+      << retired_capture::alive.load();
 }
 
 // An awaiting handler that replaces itself is retired while its coroutine is suspended: it must

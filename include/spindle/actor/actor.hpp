@@ -582,6 +582,11 @@ struct typed_cell final : actor_cell {
                   "spindle: an awaiting receive must return task<void> (its result would "
                   "be dropped, and the coroutine never run)");
     if constexpr (std::is_same_v<result, task<void>>) {
+      // A user message's handling starts, no handler call on the stack: the retired handlers
+      // with no coroutine in flight have ended. Here, not after the call: the receive's steps
+      // run later, and one that becomes then unbecomes at every message retired a handler per
+      // message, never freed while the behaviour's receive handled them (the attack C test).
+      if (self.become != nullptr) [[unlikely]] release_retired_if_idle(self);
       // A handler that awaits (actor_await.hpp): its task gets the cell's own context,
       // which lives as long as the cell (the task holds a reference to it).
       prepare_awaiting_handler(self, message, receive(self.handler_context));
