@@ -215,10 +215,12 @@ void add_watch(actor_cell& target, actor_cell& watcher, std::uint64_t monitor_id
     links.watchers.push_back({&watcher, monitor_id});
   }
   // The target may have halted before its links existed (it then found none to close). links_of's
-  // seq_cst CAS and this seq_cst load pair with halt's seq_cst state store and links load: if we
-  // see Halted here, halt either saw no links (we notify) or will close them and find our entry
-  // gone (we took it back) or there (it notifies, we do nothing).
-  if (target.state.load(std::memory_order_seq_cst) == actor_state::halted) {
+  // seq_cst CAS and this seq_cst load pair with halt's seq_cst store of watchers_final and links
+  // load: if we see it set here, halt either saw no links (we notify) or will close them and find
+  // our entry gone (we took it back) or there (it notifies, we do nothing). Either way after the
+  // behaviour was destroyed (halt sets the flag after that). Not seeing it, our entry is in the
+  // links halt will load.
+  if (target.watchers_final.load(std::memory_order_seq_cst)) {
     bool taken_back = false;
     {
       std::lock_guard guard(links.lock);
@@ -303,7 +305,7 @@ void add_exit_callback(actor_cell& target, exit_callback* callback) {
     return;
   }
   // The same window as add_watch's (see there): halted before its links existed.
-  if (target.state.load(std::memory_order_seq_cst) != actor_state::halted) return;
+  if (!target.watchers_final.load(std::memory_order_seq_cst)) return;
   exit_callback* taken_back = nullptr;
   {
     std::lock_guard guard(links.lock);

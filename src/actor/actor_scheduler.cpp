@@ -755,8 +755,11 @@ void actor_scheduler::halt(actor_cell* cell, exit_reason reason, bool notify) no
   cell->where = placement::halted;
   cell->vtable->destroy_behaviour(*cell, reason);
 
-  // Tell the watchers (A7); links are removed from the other side too.
-  // seq_cst: pairs with add_watch (the state store above, then this load; see there).
+  // Tell the watchers (A7); links are removed from the other side too. Only now, with the
+  // behaviour gone: a watcher told "down" may count on its destructor having run.
+  // seq_cst (both): pairs with add_watch and add_exit_callback (their links CAS and push, then
+  // their load of watchers_final; see there).
+  cell->watchers_final.store(true, std::memory_order_seq_cst);
   if (actor_detail::actor_links* links = cell->links.load(std::memory_order_seq_cst)) {
     std::vector<actor_detail::watch_entry> watchers;
     {

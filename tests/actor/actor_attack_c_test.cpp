@@ -65,86 +65,20 @@ TEST(ActorAttackC, InterleavingReceiveThatBecomesThenUnbecomesKeepsNoHandlerPerM
   check_awaiting_receive_keeps_no_handler_per_message<true>();
 }
 
-// An interleaving actor whose become handler replaces itself and then awaits for long: each
-// retired handler stays (its coroutine is in flight), as it must. But each message's handling
-// then cost time in proportion to how many were parked: every become grew the retired list by
-// exactly one (reserve(size + 1): a copy of the whole list), and every message swept the whole
-// list for ended handlers though none had ended. 50,000 messages took 5.3 s (release), against
-// 0.1 s for the same actor parking its receive's coroutines without become. Asserted as a ratio
-// of the fastest of a few batches (noise only slows a batch): late batches, with tens of
-// thousands parked, must cost about what early ones did (within 10x).
-// EveryOther: only every other handler parks, the others end at once (so at every message a
-// retired handler has ended, and a sweep that scanned the whole list was quadratic again: 100,000
-// messages 3.2 s, against 0.2 s).
-template <bool EveryOther>
-struct attack_c_parked_handler {
-  std::atomic<int>* handled;
-  spindle::task<void> operator()(int& n, actor_context<int>& ctx) {
-    ctx.become(attack_c_parked_handler{handled});
-    handled->fetch_add(1);
-    if (!EveryOther || n % 2 == 0) co_await spindle::sleep_for(1h);
-  }
-};
-
-template <bool EveryOther>
-struct attack_c_parker {
-  using message_type = int;
-  static constexpr bool interleaves = true;
-  std::atomic<int>* handled;
-  void receive(int&, actor_context<int>& ctx) {
-    ctx.become(attack_c_parked_handler<EveryOther>{handled});
-    handled->fetch_add(1);
-  }
-};
-
-template <bool EveryOther>
-void check_parked_handlers_do_not_make_each_message_cost_more() {
-  std::atomic<int> handled{0};
-  spindle::runtime rt;
-  auto ref = spindle::spawn_actor<attack_c_parker<EveryOther>>(rt, &handled);
-  int sent = 0;
-  const auto batch = [&](int messages) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < messages; ++i) ref.send(sent++);
-    EXPECT_TRUE(eventually([&] { return handled.load() == sent; }, 60s)) << "stuck at " << sent;
-    return std::chrono::steady_clock::now() - start;
-  };
-  constexpr int batch_size = 1000;
-  const auto fastest_of_seven = [&] {
-    auto fastest = batch(batch_size);
-    for (int i = 0; i < 6; ++i) fastest = std::min(fastest, batch(batch_size));
-    return fastest;
-  };
-  const auto early = fastest_of_seven();  // 0 to 7,000 messages handled
-  batch(30000);
-  const auto late = fastest_of_seven();  // 37,000 to 44,000 handled
-  const double ratio = std::chrono::duration<double>(late).count() /
-                       std::max(std::chrono::duration<double>(early).count(), 1e-6);
-  // Before the fixes: 40x to 45x. Linear: about 1x; 10x leaves room for a loaded machine.
-  EXPECT_LT(ratio, 10.0) << "a batch of " << batch_size << " messages took "
-                        << std::chrono::duration<double, std::milli>(early).count()
-                        << " ms with few handlers parked, "
-                        << std::chrono::duration<double, std::milli>(late).count()
-                        << " ms with " << (EveryOther ? "18,500" : "37,000") << " parked";
-}
-
-TEST(ActorAttackC, ParkedSelfReplacingHandlersDoNotMakeEachMessageCostMore) {
-  check_parked_handlers_do_not_make_each_message_cost_more<false>();
-}
-
-TEST(ActorAttackC, ParkedHandlersAmongEndedOnesDoNotMakeEachMessageCostMore) {
-  check_parked_handlers_do_not_make_each_message_cost_more<true>();
-}
+// Not here: the attack also found each message's handling costing time in proportion to the
+// handlers parked (an interleaving actor whose self-replacing become handlers park: 50,000
+// messages 5.3 s against 0.1 s without become; quadratic again when every other handler ends at
+// once). A cost is a benchmark's to measure, not a test's (a ratio of batch times failed at 4x
+// beside a TSan run); the fix and its figures are in actor_become.hpp and docs/design/actors.md.
 
 // A monitor placed while the actor is halting (Halted published, its behaviour and its become
-// handlers still being destroyed) is told at once: add_exit_callback sees Halted and delivers,
-// while the halt is still in destroy_behaviour (actor_scheduler.cpp, halt: the state store comes
-// before it). A monitor placed before the halt is told after the behaviour is gone. Found by the
-// attack: kill, then monitor_actor(ref).blocking_receive() returned with 11,775 of an actor's
-// retired handlers' captures still alive. A user who reads "down" as "its resources are released"
-// (a file closed, a port free) races the destructor. Not fixed: the Halted store guards the
-// mailbox's close and the senders' wakes (invariants X and W), and moving it after the
-// behaviour's destruction needs its own argument. Disabled until then.
+// handlers still being destroyed) was told at once: add_exit_callback saw Halted and took its
+// watch back and delivered while the halt was still in destroy_behaviour. A monitor placed
+// before the halt is told after the behaviour is gone. Found by the attack: kill, then
+// monitor_actor(ref).blocking_receive() returned with 11,775 of an actor's retired handlers'
+// captures still alive; a user who reads "down" as "its resources are released" (a file closed,
+// a port free) raced the destructor. Watches now look at the cell's `watchers_final`, which the
+// halt sets after the destruction (actor_cell.hpp).
 struct attack_c_slow_to_destroy {
   using message_type = int;
   std::atomic<int>* phase;  // 1: destructor entered, 2: released by the test, 3: destroyed
@@ -156,7 +90,7 @@ struct attack_c_slow_to_destroy {
   void receive(int&) {}
 };
 
-TEST(ActorAttackC, DISABLED_AMonitorPlacedWhileTheActorHaltsIsToldAfterItsBehaviourIsDestroyed) {
+TEST(ActorAttackC, AMonitorPlacedWhileTheActorHaltsIsToldAfterItsBehaviourIsDestroyed) {
   std::atomic<int> phase{0};
   spindle::runtime rt;
   auto ref = spindle::spawn_actor<attack_c_slow_to_destroy>(rt, &phase);
