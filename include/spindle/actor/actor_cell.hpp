@@ -218,17 +218,17 @@ struct actor_cell {
   // an actor back from one halts at once instead of handling the messages it took before the
   // kill came (actor_await.hpp).
   std::atomic<bool> kill_requested{false};
-  // What cancels its awaiting handlers' tasks (actor_await.hpp): made by the owner before its
-  // first awaiting handler starts, freed with the cell. Stopped by kill() (a killed actor
-  // never handles again, so a source stopped for good is what it needs).
-  std::atomic<std::stop_source*> handler_stop{nullptr};
-  std::atomic<actor_links*> links{nullptr};
   // Set (seq_cst) by the halt once the behaviour is destroyed, just before it loads `links` to
   // tell the watchers. A watch placed after it may be told at once (the halt may have found no
   // links); one placed before it is told by the halt. Not the Halted state: that is published
   // before the behaviour's destruction (senders need it), and a monitor that read Halted and
   // took its watch back was told "down" while the destructor still ran (attack C).
-  std::atomic<bool> watchers_final{false};
+  std::atomic<bool> watchers_final{false};  // beside kill_requested: in its padding
+  // What cancels its awaiting handlers' tasks (actor_await.hpp): made by the owner before its
+  // first awaiting handler starts, freed with the cell. Stopped by kill() (a killed actor
+  // never handles again, so a source stopped for good is what it needs).
+  std::atomic<std::stop_source*> handler_stop{nullptr};
+  std::atomic<actor_links*> links{nullptr};
   std::atomic<timer_registry*> timers{nullptr};  // send_after / send_interval (actor_timers.hpp)
   const bool pinned;
   const core::executor_domain domain;  // where it may be placed and migrate (spawn_options)
