@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "spindle/spindle.hpp"
+#include "actor/live_copies.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -17,14 +18,7 @@ using namespace std::chrono_literals;
 using spindle::actor_context;
 using spindle::testing::eventually;
 
-// A capture that counts its live copies.
-struct attack_c_capture {
-  static inline std::atomic<long> alive{0};
-  attack_c_capture() { alive.fetch_add(1); }
-  attack_c_capture(const attack_c_capture&) { alive.fetch_add(1); }
-  attack_c_capture(attack_c_capture&&) noexcept { alive.fetch_add(1); }
-  ~attack_c_capture() { alive.fetch_sub(1); }
-};
+using attack_c_capture = spindle::testing::live_copies;
 
 // A receive that awaits (returns task<void>) and installs then removes a handler in one step.
 // The handler never handles anything, so it has ended at once; f16b479 freed such handlers

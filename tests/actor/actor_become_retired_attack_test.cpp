@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "spindle/spindle.hpp"
+#include "actor/live_copies.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -19,14 +20,7 @@ using namespace std::chrono_literals;
 using spindle::actor_context;
 using spindle::testing::eventually;
 
-// A capture that counts its live copies.
-struct retired_capture {
-  static inline std::atomic<long> alive{0};
-  retired_capture() { alive.fetch_add(1); }
-  retired_capture(const retired_capture&) { alive.fetch_add(1); }
-  retired_capture(retired_capture&&) noexcept { alive.fetch_add(1); }
-  ~retired_capture() { alive.fetch_sub(1); }
-};
+using retired_capture = spindle::testing::live_copies;
 
 struct become_then_unbecome {
   using message_type = int;

@@ -304,16 +304,28 @@ INSTANTIATE_TEST_SUITE_P(Backends, ForkIoService,
 
 // --- the ping facility (core) ----------------------------------------------------------------
 
+// Counts the pings its handler took (the handler a test installs on its worker).
+struct pinged_flag {
+  std::atomic<int> count{0};
+  static void handler(void* context) noexcept {
+    static_cast<pinged_flag*>(context)->count.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+// Installs `handler` as the program's own disposition of signal `number` (before a runtime that
+// pings with it installs its own over it).
+bool install_program_handler(int number, void (*handler)(int)) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  return sigaction(number, &action, nullptr) == 0;
+}
+
 // A worker's ping handler runs (in signal context, on the worker) while the worker is inside one
 // long runnable that never returns to its loop.
 TEST(ExecutorPing, HandlerRunsWhileTheWorkerIsInsideALongRunnable) {
   spindle::runtime rt({.workers = 1});
-  struct pinged_flag {
-    std::atomic<int> count{0};
-    static void handler(void* context) noexcept {
-      static_cast<pinged_flag*>(context)->count.fetch_add(1, std::memory_order_relaxed);
-    }
-  } pinged;
+  pinged_flag pinged;
   const bool seen = rt.spawn([&pinged] {
                         auto* self = spindle::core::executor::current();
                         self->set_ping_handler(&pinged_flag::handler, &pinged);
@@ -335,10 +347,7 @@ void user_handler(int) { user_handler_calls.fetch_add(1, std::memory_order_relax
 
 TEST(ExecutorPing, OtherSignalsReachTheHandlerInstalledBefore) {
   const int number = SIGRTMIN + 7;
-  struct sigaction action {};
-  action.sa_handler = &user_handler;
-  sigemptyset(&action.sa_mask);
-  ASSERT_EQ(sigaction(number, &action, nullptr), 0);
+  ASSERT_TRUE(install_program_handler(number, &user_handler));
   spindle::runtime rt({.workers = 1, .ping_signal = number});
   const int before = user_handler_calls.load();
   rt.spawn([number] { pthread_kill(pthread_self(), number); }).join();
@@ -355,17 +364,9 @@ void realtime_handler(int) { realtime_handler_calls.fetch_add(1, std::memory_ord
 
 TEST(ExecutorPing, APingNotYetTakenIsNotSentAgain) {
   const int number = SIGRTMIN + 9;  // not used by another test: installed first here
-  struct sigaction action {};
-  action.sa_handler = &realtime_handler;
-  sigemptyset(&action.sa_mask);
-  ASSERT_EQ(sigaction(number, &action, nullptr), 0);
+  ASSERT_TRUE(install_program_handler(number, &realtime_handler));
   spindle::runtime rt({.workers = 1, .ping_signal = number});
-  struct pinged_flag {
-    std::atomic<int> count{0};
-    static void handler(void* context) noexcept {
-      static_cast<pinged_flag*>(context)->count.fetch_add(1, std::memory_order_relaxed);
-    }
-  } pinged;
+  pinged_flag pinged;
   const bool seen = rt.spawn([&rt, &pinged, number] {
                         auto* self = spindle::core::executor::current();
                         sigset_t blocked;
@@ -399,17 +400,9 @@ void dropped_ping_handler(int) { dropped_ping_handler_calls.fetch_add(1, std::me
 
 TEST(ExecutorPing, APingThatWasDroppedIsSentAgain) {
   const int number = SIGRTMIN + 11;  // not used by another test: installed first here
-  struct sigaction action {};
-  action.sa_handler = &dropped_ping_handler;
-  sigemptyset(&action.sa_mask);
-  ASSERT_EQ(sigaction(number, &action, nullptr), 0);
+  ASSERT_TRUE(install_program_handler(number, &dropped_ping_handler));
   spindle::runtime rt({.workers = 1, .ping_signal = number});
-  struct pinged_flag {
-    std::atomic<int> count{0};
-    static void handler(void* context) noexcept {
-      static_cast<pinged_flag*>(context)->count.fetch_add(1, std::memory_order_relaxed);
-    }
-  } pinged;
+  pinged_flag pinged;
   struct outcome {
     bool dropped = false;
     bool got = false;
