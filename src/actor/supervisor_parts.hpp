@@ -48,8 +48,13 @@ inline void publish_intensity(actor_system* system, actor_detail::supervisor_rec
 // it sends the supervisor a `Due` as message M; the supervisor then handles what is due and
 // re-arms for what is left. No task and no thread waits. Destroyed with the behaviour, which the
 // actor destroys before its cell is freed; the destructor disarms, and a disarm waits for a fire
-// in progress (timer_wheel.hpp, "Locking rule"), so a fire always finds the cell alive. Owned by
-// the supervisor's handlers (one at a time); `fire` touches only `owner`.
+// in progress (timer_wheel.hpp, "Locking rule"), so a fire always finds the cell alive. It holds
+// no reference to the cell, so the destructor takes the wheel's lock whether or not the entry is
+// armed in its owner's view: a fire's push publishes the Due and then still reads the cell's
+// state (to wake it), and the supervisor may handle that Due (`fired()`: not armed), halt and be
+// freed meanwhile (TSan caught the free racing that read in DynamicSupervisorStress when the
+// destructor skipped the disarm of an entry it thought fired). Owned by the supervisor's
+// handlers (one at a time); `fire` touches only `owner`.
 template <class M, class Due>
 class supervisor_alarm : core::timer_entry {
  public:
@@ -57,7 +62,10 @@ class supervisor_alarm : core::timer_entry {
       : core::timer_entry(&supervisor_alarm::fire), owner_(&owner) {}
   supervisor_alarm(const supervisor_alarm&) = delete;
   supervisor_alarm& operator=(const supervisor_alarm&) = delete;
-  ~supervisor_alarm() { disarm(); }
+  ~supervisor_alarm() {
+    // Always through the wheel's lock (see above): waits for a fire still pushing.
+    if (service_ != nullptr) service_->disarm(*this);
+  }
 
   // Fires at `deadline` (at once if past), replacing an earlier deadline. The entry lives on the
   // wheel of the executor the supervisor ran on when it first armed (it may migrate since: the
