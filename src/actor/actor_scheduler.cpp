@@ -583,10 +583,8 @@ bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
   if (cell->pinned || cell->runs_since_migration < actor_detail::migration_cooldown_runs) {
     return false;
   }
-  // And a time slice since it last moved, and no other move out during this tick (header,
-  // "Migration": chatty actors thrashed).
-  const std::uint64_t now = core_.coarse_now_ns();
-  if (now - cell->migrated_at_ns < time_slice_ns_ || now == migrated_out_at_ns_) return false;
+  // And a time slice since it last moved (header, "Migration": chatty actors thrashed).
+  if (core_.coarse_now_ns() - cell->migrated_at_ns < time_slice_ns_) return false;
   // relaxed: a hint; an actor starting I/O does so while running, on this thread.
   if (cell->io_in_flight.load(std::memory_order_relaxed) != 0) return false;
   // It moves only if queued here + w >= queued there + 2 w (below), which needs at least its
@@ -630,7 +628,6 @@ bool actor_scheduler::maybe_migrate(actor_cell* cell, bool woken) noexcept {
     }
   }
   if (best == index_ || here < best_queued + 2 * own) return false;
-  migrated_out_at_ns_ = now;
   hand_over(cell, best, woken ? adopt_mode::woken : adopt_mode::full_quantum);
   return true;
 }

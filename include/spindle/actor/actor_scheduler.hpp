@@ -86,12 +86,7 @@
 // the queued work of two wheels swing past each other at nearly every wake, and with a
 // cooldown in runs alone every actor moved as often as it allowed (Savina's chameneos and big
 // on 2 workers: 111k migrations in 452k runs, 290k in 1.27M, slower than on 1 worker;
-// docs/design/benchmarks.md). A hungry actor's 4 runs take a time slice anyway. And an
-// executor lets at most one actor go per tick of the coarse clock (250 us): the per-actor
-// bounds still let a thousand chatty actors each move once per time slice (big on 2 workers:
-// ~900k migrations a second, slower than on 1 worker), while a real imbalance is one that
-// outlasts a tick, and is worked off at up to 4,000 moves a second per executor. (A stuck
-// executor's hand-away, below, is not limited.) The handover is an inter-executor
+// docs/design/benchmarks.md). A hungry actor's 4 runs take a time slice anyway. The handover is an inter-executor
 // message (M1): the receiving executor schedules it N segments forward (or at once if it was
 // woken).
 //
@@ -318,8 +313,6 @@ class actor_scheduler {
   std::atomic<actor_id> running_actor_{0};
   alignas(core::cache_line_size) actor_detail::actor_cell* homed_head_ = nullptr;
   std::uint32_t random_state_;
-  // The coarse-clock reading of the last migration out (see "Migration": one per tick).
-  std::uint64_t migrated_out_at_ns_ = ~std::uint64_t(0);
   // hand_away_while_stuck's scratch list of target executors and the work queued there (room
   // for every executor, reserved at construction: the hook allocates nothing).
   struct hand_off_target {
