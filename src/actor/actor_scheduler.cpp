@@ -941,6 +941,10 @@ std::int32_t actor_system::current_index() const noexcept {
 
 bool actor_system::stopping() const noexcept { return core_.stopping(); }
 
+detail::task_host& actor_system::task_host() const noexcept {
+  return *static_cast<detail::runtime_state*>(core_.layer_state());
+}
+
 void actor_system::route_wake(actor_cell* cell) noexcept {
   // Shutdown halts every actor on this thread after the workers stopped; an on_stop handler
   // that sends to an actor not halted yet needs no wake (that actor halts next, its queue too).

@@ -64,11 +64,14 @@ void executor::on_ping_signal(int signal_number, siginfo_t* info, void* context)
   // A ping is marked with its executor (ping_if_due); anything else is the program's.
   const bool marked = info != nullptr && info->si_code == SI_QUEUE && self != nullptr &&
                       info->si_value.sival_ptr == static_cast<void*>(self);
-  // relaxed exchange: a lock-free RMW, signal-safe; it only tells whether the monitor meant
-  // this signal (set before it sent it) and tells the monitor the ping was taken.
-  if (marked && !self->ping_pending_.exchange(false, std::memory_order_relaxed)) {
-    // A second copy of a ping the monitor presumed lost, after the first was taken: nothing.
-  } else if (marked) {
+  if (marked) {
+    // relaxed exchange: a lock-free RMW, signal-safe; it tells whether the monitor still waits
+    // for this ping (false: a second copy of one it presumed lost, the first taken: nothing to
+    // do) and tells the monitor the ping was taken.
+    if (!self->ping_pending_.exchange(false, std::memory_order_relaxed)) {
+      errno = saved_errno;
+      return;
+    }
     if (ping_handler handler = self->ping_handler_.load(std::memory_order_relaxed)) {
       std::atomic_signal_fence(std::memory_order_acquire);  // the context after the handler
       handler(self->ping_context_);

@@ -586,7 +586,7 @@ struct typed_cell final : actor_cell {
       // with no coroutine in flight have ended. Here, not after the call: the receive's steps
       // run later, and one that becomes then unbecomes at every message retired a handler per
       // message, never freed while the behaviour's receive handled them (the attack C test).
-      if (self.become != nullptr) [[unlikely]] release_retired_if_idle(self);
+      if (self.become != nullptr) [[unlikely]] release_ended_handlers_of(self);
       // A handler that awaits (actor_await.hpp): its task gets the cell's own context,
       // which lives as long as the cell (the task holds a reference to it).
       prepare_awaiting_handler(self, message, receive(self.handler_context));
@@ -595,19 +595,18 @@ struct typed_cell final : actor_cell {
       receive(context);
       // A handler installed and retired in this same call (become then unbecome) has ended,
       // unless a coroutine of its own is in flight (actor_become.hpp).
-      if (self.become != nullptr) [[unlikely]] release_retired_if_idle(self);
+      if (self.become != nullptr) [[unlikely]] release_ended_handlers_of(self);
     }
   }
-  static void release_retired_if_idle(typed_cell& self) noexcept {
-    auto& state = static_cast<become_state<message_type>&>(*self.become);
-    if (!state.retired.empty()) release_ended_handlers(state);
+  static void release_ended_handlers_of(typed_cell& self) noexcept {
+    release_ended_handlers(static_cast<become_state<message_type>&>(*self.become));
   }
   // A user message while a become handler is installed (actor_become.hpp).
   [[gnu::noinline]] static void handle_by_become(typed_cell& self, envelope& message) {
     auto& state = static_cast<become_state<message_type>&>(*self.become);
     // No handler call is on the stack here: the retired handlers with no coroutine in flight
     // have ended.
-    if (!state.retired.empty()) release_ended_handlers(state);
+    release_ended_handlers(state);
     // The handler may replace itself (it is retired, alive until it has ended). It gets the
     // cell's own context, valid for as long as a coroutine handler may need it.
     auto& m = static_cast<user_envelope<message_type>&>(message).message;
@@ -615,7 +614,7 @@ struct typed_cell final : actor_cell {
     if (awaiting.valid()) {
       prepare_awaiting_handler(self, message, std::move(awaiting));
     } else {
-      release_retired_if_idle(self);  // it returned: a handler it replaced has ended too
+      release_ended_handlers(state);  // it returned: a handler it replaced has ended too
     }
   }
   static void destroy_behaviour(actor_cell& base, const exit_reason& reason) noexcept {
@@ -719,21 +718,12 @@ actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
   }
   adopt_mode mode = adopt_mode::idle;
   bool listed = false;
-  // Inside the gate from the check below to the adopt message (see above); workers of this
-  // runtime need none (they all left their loops before the drain).
-  struct outside_span {
-    core::runtime_core* inside = nullptr;
-    void leave() noexcept {
-      if (inside != nullptr) std::exchange(inside, nullptr)->leave_from_outside();
-    }
-    ~outside_span() { leave(); }
-  } span;
   try {
-    if (system.current_index() < 0) {
-      if (!system.core().enter_from_outside()) throw runtime_stopped();
-      span.inside = &system.core();
-    }
-    if (system.stopping()) throw runtime_stopped();
+    // Inside the gate from the check below to the adopt message (see above); a worker of this
+    // runtime needs none (the workers all left their loops before the drain). Left at the end
+    // of this block: before the user's destructor runs if anything throws.
+    detail::host_entry entry(system.task_host());
+    if (entry.refused() || system.stopping()) throw runtime_stopped();
     if constexpr (requires(B& b, actor_context<typename B::message_type>& c) { b.on_start(c); }) {
       // Queued before anyone can see the actor: it starts Runnable, no wake needed.
       cell->mailbox.store(new start_envelope(), std::memory_order_relaxed);  // relaxed: unpublished
@@ -748,8 +738,9 @@ actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
     system.enlist(cell);    // diagnostics: listed until it halts
     listed = true;
     prepare(static_cast<actor_cell&>(*cell));
+    count_cell(+1);
+    system.send_adopt(cell, home, mode);  // noexcept: nothing below throws once it is sent
   } catch (...) {
-    span.leave();  // before the user's destructor runs
     if (listed) system.delist(cell);
     // relaxed: unpublished, this thread's own writes.
     if (envelope* start = cell->mailbox.load(std::memory_order_relaxed)) start->destroy(start);
@@ -759,8 +750,6 @@ actor_ref<typename B::message_type> spawn_prepared(actor_system& system,
     core::deallocate_frame(memory);
     throw;
   }
-  count_cell(+1);
-  system.send_adopt(cell, home, mode);
   return actor_ref<typename B::message_type>::adopt(cell);
 }
 

@@ -44,7 +44,6 @@
 // make every handle() save registers for it).
 #pragma once
 
-#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -164,7 +163,7 @@ struct become_state final : become_state_base {
 };
 
 // Destroys the retired handlers that have ended: no call of theirs on the stack (the caller's
-// word) and no coroutine of theirs in flight.
+// word) and no coroutine of theirs in flight. Costs what it frees (nothing when none ended).
 template <class M>
 void release_ended_handlers(become_state<M>& state) noexcept {
   while (become_handler_base* ended = state.ended) {
@@ -186,19 +185,16 @@ become_state<M>& become_state_of(actor_cell& cell) {
   return static_cast<become_state<M>&>(*cell.become);
 }
 
-// Retires the current handler; room is made first (doubling: one more each time copied the
-// whole list at every become), so nothing changes if that throws.
+// Retires the current handler. push_back first (geometric growth; if it throws, nothing has
+// changed: the handler stays current), then its place and the ended list.
 template <class M>
 void retire_current(become_state<M>& state) {
   if (!state.current) return;
-  if (state.retired.size() == state.retired.capacity()) {
-    state.retired.reserve(std::max<std::size_t>(4, 2 * state.retired.capacity()));
-  }
-  become_handler<M>& retiring = *state.current;
-  retiring.retired_index = state.retired.size();
+  state.retired.push_back(std::move(state.current));
+  become_handler<M>& retiring = *state.retired.back();
+  retiring.retired_index = state.retired.size() - 1;
   retiring.ended_list = &state.ended;
   if (retiring.in_flight == 0) retiring.join_ended_list();  // ended once its call returns
-  state.retired.push_back(std::move(state.current));
 }
 
 template <class M, class F>

@@ -33,9 +33,10 @@
 //
 // The exit reason outlives the actor: `halt_reason` (owner-only while the actor runs) is
 // written by the owner for the last time before the state store that makes the actor Halted
-// (seq_cst), and read by watchers only once they saw Halted (or the links `closed`, set after
-// that store): a watch placed after the halt reports the real reason, for as long as a
-// reference keeps the cell (issue 14, item 8). Reusing the field costs no cell size.
+// (seq_cst), and read by watchers only once they saw Halted, `watchers_final` or the links
+// `closed` (both set after that store): a watch placed after the halt reports the real reason,
+// for as long as a reference keeps the cell (issue 14, item 8). Reusing the field costs no cell
+// size.
 //
 // Lifetime: `references` counts actor refs, one held by the actor system from spawn until the
 // actor halted and left its home executor's lists, one per adopt message in flight (the actor

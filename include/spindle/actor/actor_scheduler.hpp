@@ -138,6 +138,9 @@
 #include "spindle/core/runnable.hpp"
 
 namespace spindle {
+namespace detail {
+class task_host;
+}  // namespace detail
 namespace core {
 class runtime_core;
 class executor;
@@ -414,6 +417,8 @@ class actor_system {
   ~actor_system();
 
   core::runtime_core& core() const noexcept { return core_; }
+  // The runtime's task host (its gate to outside threads: detail::host_entry).
+  detail::task_host& task_host() const noexcept;
   const actor_system_options& options() const noexcept { return options_; }
   // The time slice in nanoseconds (options().time_slice, or the service interval).
   std::uint64_t time_slice_ns() const noexcept { return time_slice_ns_; }
