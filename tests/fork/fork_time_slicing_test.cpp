@@ -304,6 +304,15 @@ INSTANTIATE_TEST_SUITE_P(Backends, ForkIoService,
 
 // --- the ping facility (core) ----------------------------------------------------------------
 
+// Blocks signal `number` on the calling thread; returns the set (to unblock or wait on it).
+sigset_t block_on_this_thread(int number) {
+  sigset_t blocked;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, number);
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+  return blocked;
+}
+
 // Counts the pings its handler took (the handler a test installs on its worker).
 struct pinged_flag {
   std::atomic<int> count{0};
@@ -369,10 +378,7 @@ TEST(ExecutorPing, APingNotYetTakenIsNotSentAgain) {
   pinged_flag pinged;
   const bool seen = rt.spawn([&rt, &pinged, number] {
                         auto* self = spindle::core::executor::current();
-                        sigset_t blocked;
-                        sigemptyset(&blocked);
-                        sigaddset(&blocked, number);
-                        pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+                        const sigset_t blocked = block_on_this_thread(number);
                         self->set_ping_handler(&pinged_flag::handler, &pinged);
                         self->request_ping(spindle::core::monotonic_nanoseconds());  // due now
                         // A few ticks while the ping stays pending (the monitor ticks every
@@ -409,10 +415,7 @@ TEST(ExecutorPing, APingThatWasDroppedIsSentAgain) {
   };
   const outcome result = rt.spawn([&pinged, number] {
                             auto* self = spindle::core::executor::current();
-                            sigset_t blocked;
-                            sigemptyset(&blocked);
-                            sigaddset(&blocked, number);
-                            pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+                            const sigset_t blocked = block_on_this_thread(number);
                             self->set_ping_handler(&pinged_flag::handler, &pinged);
                             self->request_ping(spindle::core::monotonic_nanoseconds());  // due now
                             outcome seen;
