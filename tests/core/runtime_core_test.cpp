@@ -252,30 +252,6 @@ bool all_parked(spindle::runtime& rt) {
   return eventually([&rt] { return rt.core().unparked_count() == 0; });
 }
 
-TEST(Utilisation, RisesUnderABusyLoopAndFallsWhenIdle) {
-  spindle::runtime rt({.workers = 1});
-  // Busy: one task spinning for 50 ms of wall time, yielding so the executor keeps cycling
-  // through its loop (and its sampling windows).
-  rt.block_on([]() -> spindle::task<void> {
-    const auto start = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - start < 50ms) co_await spindle::yield_now();
-  }());
-  const double busy = utilisation_of(rt, 0);
-  EXPECT_GT(busy, 0.5);
-  EXPECT_LE(busy, 1.0);
-  // Idle: let the executor sleep, then poke it so it takes a sample; repeat (bounded).
-  double idle = busy;
-  for (int poke = 0; poke < 200 && idle >= 0.5; ++poke) {
-    ASSERT_TRUE(all_parked(rt));
-    std::this_thread::sleep_for(5ms);  // the idle time being measured, not synchronisation
-    rt.block_on([]() -> spindle::task<void> { co_return; }());
-    idle = utilisation_of(rt, 0);
-  }
-  EXPECT_LT(idle, 0.5);
-  EXPECT_GT(rt.core().executor_at(0).stats().busy_nanoseconds.load(), 0u);
-  EXPECT_GT(rt.core().executor_at(0).stats().parks.load(), 0u);
-}
-
 // A single runnable that keeps the executor busy, never returning to its loop, must be seen as
 // busy while it runs (utilisation once read 0.00 for ~1.5 s so, and P2C sent work to it), just
 // as a yielding loop is; a long parked stretch must read idle. The statistic is an EWMA with a
@@ -301,6 +277,26 @@ spindle::task<bool> busy_yielding(spindle::runtime& rt) {
     co_await spindle::yield_now();
   }
   co_return false;
+}
+
+TEST(Utilisation, RisesUnderABusyLoopAndFallsWhenIdle) {
+  spindle::runtime rt({.workers = 1});
+  // Busy: one task yielding in a loop, so the executor keeps cycling through its loop (and its
+  // sampling windows). Read while the loop lasts: a reading taken after it decays with every
+  // millisecond the test thread waits for a CPU (CI's ASan run read 0.37 after a 50 ms loop).
+  EXPECT_TRUE(rt.block_on(busy_yielding(rt))) << "a yielding loop busy for 2 s, never seen busy";
+  EXPECT_LE(utilisation_of(rt, 0), 1.0);
+  // Idle: let the executor sleep, then poke it so it takes a sample; repeat (bounded).
+  double idle = 1.0;
+  for (int poke = 0; poke < 200 && idle >= 0.5; ++poke) {
+    ASSERT_TRUE(all_parked(rt));
+    std::this_thread::sleep_for(5ms);  // the idle time being measured, not synchronisation
+    rt.block_on([]() -> spindle::task<void> { co_return; }());
+    idle = utilisation_of(rt, 0);
+  }
+  EXPECT_LT(idle, 0.5);
+  EXPECT_GT(rt.core().executor_at(0).stats().busy_nanoseconds.load(), 0u);
+  EXPECT_GT(rt.core().executor_at(0).stats().parks.load(), 0u);
 }
 
 TEST(Utilisation, LongBusyAndLongIdleStretchesCountForTheirLength) {
