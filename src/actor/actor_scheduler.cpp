@@ -904,6 +904,9 @@ actor_system::actor_system(core::runtime_core& core, actor_system_options option
         }
       },
       this);
+  // Run times and slices are read on the coarse clock, to a quarter of a service interval
+  // (actor_scheduler.hpp, "time"): the monitor ticks that finely while this system exists.
+  core.claim_fine_time();
 }
 
 actor_system::~actor_system() {
@@ -917,6 +920,7 @@ actor_system::~actor_system() {
   tree_section_.reset();
   core_.set_long_runnable_hook(nullptr, nullptr);  // the workers have stopped; for clarity
   shutdown();
+  core_.release_fine_time();
   for (std::uint32_t i = 0; i < scheduler_capacity_; ++i) {
     delete schedulers_[i].load(std::memory_order_relaxed);  // relaxed: no other thread left
   }

@@ -470,9 +470,15 @@ runnable* executor::take_waiting_woken() noexcept {
   return found;
 }
 
+void executor::note_service() noexcept {
+  last_service_ns_ = core_.coarse_now_ns();
+  // relaxed: a sample for the monitor's tick scheduling; it publishes nothing.
+  last_service_at_ns_.store(last_service_ns_, std::memory_order_relaxed);
+}
+
 void executor::service() noexcept {
   budget_used_ = 0;
-  last_service_ns_ = core_.coarse_now_ns();
+  note_service();
   // relaxed: a hint from the monitor; comparing costs a look at the lower-index siblings.
   watch_cpu(on_standby_ || shares_cpu_.load(std::memory_order_relaxed));
   // relaxed: the monitor's hint, checked again by take_standby_request.
@@ -508,7 +514,7 @@ void executor::service() noexcept {
 
 void executor::service_point() noexcept {
   if (core_.coarse_now_ns() - last_service_ns_ < core_.service_interval_ns()) return;
-  last_service_ns_ = core_.coarse_now_ns();
+  note_service();
   look_at_waiting_woken();
   stats_.services.store(stats_.services.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
@@ -939,7 +945,7 @@ void executor::run_loop() noexcept {
   }
   awake_since_owner_ns_ = monotonic_nanoseconds();
   awake_since_ns_.store(awake_since_owner_ns_, std::memory_order_relaxed);  // relaxed: sample
-  last_service_ns_ = core_.coarse_now_ns();
+  note_service();
   current_slice_clock = slice_clock{&core_.coarse_now_ns_, core_.service_interval_ns()};
   // Siblings read our thread's state when they might be sharing our CPU (watch_cpu).
   thread_id_.store(int(::gettid()), std::memory_order_relaxed);  // relaxed: see the member

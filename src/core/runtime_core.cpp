@@ -184,6 +184,11 @@ void runtime_core::start(std::shared_ptr<runtime_core> self) {
   }
 }
 
+void runtime_core::claim_fine_time() noexcept {
+  fine_time_claims_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a count the monitor samples
+  monitor_->wake_for_fine_time();
+}
+
 void runtime_core::executor_awake(std::uint64_t now_ns) noexcept {
   advance_coarse_clock(now_ns);
   monitor_->executor_awake();

@@ -52,9 +52,15 @@ void runtime_monitor::executor_awake() noexcept {
   wake_.notify_all();
 }
 
+void runtime_monitor::wake_for_fine_time() noexcept {
+  std::lock_guard lock(mutex_);
+  wake_.notify_all();
+}
+
 void runtime_monitor::run() noexcept {
   const auto interval = std::uint64_t(core_.options().service_interval.count());
   const std::uint64_t tick_ns = std::max(interval / 4, min_tick_ns);
+  const std::uint64_t relaxed_tick_ns = std::max(interval, tick_ns);
   std::uint64_t next_tick = monotonic_nanoseconds();
   std::uint64_t all_parked_since = 0;
   for (;;) {
@@ -81,13 +87,46 @@ void runtime_monitor::run() noexcept {
       next_tick = monotonic_nanoseconds();
       continue;
     }
-    // Ticks at fixed points in time (a late tick does not push back the ones after it).
-    next_tick += tick_ns;
-    if (next_tick <= now) next_tick = now + tick_ns;
+    // Fine ticks at fixed points in time (a late tick does not push back the ones after it);
+    // relaxed ones when the next service falls due, at least a fine tick from now.
+    if (const std::uint64_t due = relaxed_tick_at(now, relaxed_tick_ns); due != 0) {
+      next_tick = std::max(due, now + tick_ns);
+    } else {
+      next_tick += tick_ns;
+      if (next_tick <= now) next_tick = now + tick_ns;
+    }
     std::unique_lock lock(mutex_);
     if (stop_requested_) return;
     wake_.wait_for(lock, std::chrono::nanoseconds(next_tick - now));
   }
+}
+
+std::uint64_t runtime_monitor::relaxed_tick_at(std::uint64_t now,
+                                                std::uint64_t relaxed_tick_ns) noexcept {
+  if (core_.fine_time_claimed()) return 0;
+  const std::uint64_t interval = core_.service_interval_ns();
+  std::uint64_t due = now + relaxed_tick_ns;
+  const std::uint32_t count = core_.executor_count();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const executor& e = core_.executor_at(i);
+    // relaxed: samples of the executors' published words (executor.hpp); a stale one makes
+    // one tick early or one relaxed tick late, which the bounds in the header allow for.
+    // A ping requested for a deadline (fork-join with latent work, executor.hpp "Pings").
+    if (e.ping_deadline_ns_.load(std::memory_order_relaxed) != 0) return 0;
+    const std::uint64_t awake_since = e.awake_since_ns_.load(std::memory_order_relaxed);
+    if (awake_since == 0) continue;  // parked: nothing falls due
+    // Inside a runnable that began before this tick's look (its progress did not move since the
+    // last tick): it may be a long one, and the steps that watch for those need fine ticks.
+    if (views_[i].progress_since_ns != now &&
+        e.running_.load(std::memory_order_relaxed) != nullptr) {
+      return 0;
+    }
+    // Its next service falls due a service interval of busy time after the last one.
+    const std::uint64_t last = std::max(e.last_service_at_ns_.load(std::memory_order_relaxed),
+                                        awake_since);
+    due = std::min(due, last + interval);
+  }
+  return due;
 }
 
 void runtime_monitor::sleep_while_all_parked() noexcept {

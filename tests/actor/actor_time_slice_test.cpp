@@ -123,6 +123,18 @@ spindle::task<int> ask_from_task(light_ref ref) {
 
 using spindle::testing::sleep_then;
 
+// Actors read run times and slices on the coarse clock to a quarter of a service interval: the
+// actor system holds a fine-time claim (runtime_core::claim_fine_time) from its first use, so
+// the monitor never relaxes its tick under actors (runtime_monitor.hpp, "How often it ticks").
+TEST(ActorTimeSlice, TheActorSystemKeepsTheMonitorTickingFinely) {
+  runtime rt({.workers = 1});
+  EXPECT_FALSE(rt.core().fine_time_claimed()) << "no actors yet: nothing needs fine ticks";
+  auto ref = spawn_actor<light>(rt);
+  EXPECT_TRUE(rt.core().fine_time_claimed());
+  ref.send(light::message_type(1));
+  EXPECT_EQ(ask_from_thread(ref), 1);
+}
+
 // --- a busy actor does not starve its executor's tasks, timers and other actors --------------
 
 TEST(ActorTimeSlice, BusyActorDoesNotStopAnAsk) {

@@ -167,6 +167,41 @@ TEST(RuntimeMonitor, AnIdleRuntimeKeepsItsMonitorAsleep) {
   EXPECT_LT(ticks, 200u) << "the monitor ticked " << ticks << " times in 1 s of idleness";
 }
 
+// How often it ticks (runtime_monitor.hpp): while the executor runs short runnables and
+// services on its own, the monitor ticks when the next service falls due (about once per
+// service interval), not every quarter of one; a long runnable that begins then is still found.
+// The tick count is bounded from above only: a loaded machine makes the monitor tick less, never
+// more, so the bound cannot fail for the machine's sake (at 250 us, 300 ms hold ~1,200 ticks).
+TEST(RuntimeMonitor, TicksRelaxWhileExecutorsRunShortRunnablesAndAreFineForALongOne) {
+  spindle::runtime rt({.workers = 1});
+  std::atomic<std::uint64_t> ticks_while_yielding{0};
+  std::atomic<std::uint64_t> fine_ticks_in_that_time{0};
+  rt.block_on([](spindle::runtime& runtime, std::atomic<std::uint64_t>& ticks,
+                 std::atomic<std::uint64_t>& fine) -> spindle::task<void> {
+    const std::uint64_t before = runtime.core().monitor().ticks();
+    const auto start = steady::now();
+    while (steady::now() - start < 300ms) co_await spindle::yield_now();
+    ticks.store(runtime.core().monitor().ticks() - before);
+    fine.store(std::uint64_t((steady::now() - start) / 250us));
+  }(rt, ticks_while_yielding, fine_ticks_in_that_time));
+  EXPECT_LT(ticks_while_yielding.load(), fine_ticks_in_that_time.load() / 2)
+      << "the monitor ticked finely while the executor ran short runnables";
+  // Straight after: one runnable that does not return. The next (relaxed) tick sees it inside a
+  // runnable and ticks finely again; it is flagged as a long runnable.
+  std::atomic<bool> release{false};
+  std::atomic<bool> running{false};
+  auto spinner = rt.spawn([&] {
+    running.store(true);
+    spin_until_released(release, 10s);
+  });
+  spin_until([&] { return running.load(); });
+  const bool flagged =
+      eventually([&] { return rt.core().executor_at(0).in_long_runnable(); }, 5s);
+  release.store(true);
+  spinner.join();
+  EXPECT_TRUE(flagged);
+}
+
 TEST(ServiceInterval, OptionsAreValidated) {
   EXPECT_THROW(spindle::runtime({.workers = 1, .service_interval = 10us}), spindle::usage_error);
   EXPECT_THROW(spindle::runtime({.workers = 1, .service_interval = 2ms,

@@ -345,6 +345,8 @@ class executor {
   void pass_search_on() noexcept;
   void run_one(runnable* r) noexcept;
   void service() noexcept;
+  // A service begins now (coarse clock): the owner's copy and the monitor's.
+  void note_service() noexcept;
   void fire_timers() noexcept;
   runnable* rescue_others() noexcept;
   // CPU sharing (parking.md): publishes the current CPU; `compare` also looks for an awake
@@ -393,6 +395,9 @@ class executor {
   std::atomic<const runnable*> running_{nullptr};
   std::atomic<std::uint64_t> awake_since_ns_{0};
   std::atomic<std::uint64_t> busy_total_ns_{0};
+  // The coarse time of the last service (a copy of last_service_ns_): the monitor ticks when
+  // the next one falls due (runtime_monitor.hpp, "How often it ticks").
+  std::atomic<std::uint64_t> last_service_at_ns_{0};
   // Written by the monitor (see in_long_runnable()).
   std::atomic<bool> in_long_runnable_{false};
   std::atomic<bool> ends_runnable_when_work_waits_{false};  // owner writes (see its getter)
@@ -441,7 +446,7 @@ class executor {
   bool pinned_yielded_since_service_ = false;  // yield_pinned was called since the last service
   bool injector_turn_owed_ = false;  // a service interval passed since the injector's last owed look
   std::uint64_t injector_turn_at_ns_ = 0;  // coarse clock when it was last owed one
-  std::uint64_t last_service_ns_ = 0;  // coarse clock at the last service
+  std::uint64_t last_service_ns_ = 0;  // coarse clock at the last service (note_service)
   std::uint64_t tick_ = 0;
   std::uint32_t until_injector_check_ = 1;  // iterations left before the fairness checks
   std::uint16_t oldest_position_seen_ = 0;  // local queue position of the oldest item last seen

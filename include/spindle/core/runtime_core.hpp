@@ -292,7 +292,8 @@ class runtime_core final : public scheduler {
   }
   void unpark_all() noexcept;
   // The monitor's coarse clock (runtime_monitor.hpp): steady-clock nanoseconds, at most one
-  // monitor tick (service_interval / 4) old while any executor is awake. Real time, never the
+  // monitor tick old while any executor is awake (service_interval / 4 while anything needs fine
+  // time, at most a service interval otherwise: runtime_monitor.hpp, "How often it ticks"). Real time, never the
   // injected clock: it measures busy time. One relaxed load.
   std::uint64_t coarse_now_ns() const noexcept {
     return coarse_now_ns_.load(std::memory_order_relaxed);  // relaxed: a sample of the time
@@ -320,6 +321,17 @@ class runtime_core final : public scheduler {
   // Executors in a long runnable right now (monitor writes; a hint).
   std::uint32_t long_runnable_count() const noexcept {
     return long_runnables_.load(std::memory_order_relaxed);
+  }
+  // Fine time (runtime_monitor.hpp, "How often it ticks"): a layer that measures durations
+  // shorter than a service interval on the coarse clock (the actors' run times) holds a claim
+  // while it may run, and the monitor then ticks every service_interval / 4 whatever the
+  // executors do. A claim wakes the monitor, so it holds from the next tick on.
+  void claim_fine_time() noexcept;
+  void release_fine_time() noexcept {
+    fine_time_claims_.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a count the monitor samples
+  }
+  bool fine_time_claimed() const noexcept {
+    return fine_time_claims_.load(std::memory_order_relaxed) != 0;  // relaxed: a sample
   }
   // The monitor thread, for tests and diagnostics.
   const runtime_monitor& monitor() const noexcept { return *monitor_; }
@@ -397,6 +409,7 @@ class runtime_core final : public scheduler {
   // Beside the coarse clock, which every executor reads after each runnable: the same line.
   std::atomic<bool> histograms_on_{false};
   std::atomic<std::uint32_t> long_runnables_{0};
+  std::atomic<std::uint32_t> fine_time_claims_{0};  // see claim_fine_time
   std::unique_ptr<runtime_monitor> monitor_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};

@@ -16,7 +16,29 @@
 //     long-runnable flags of others (stealing, rescue);
 //   - anyone: reads the coarse clock (actor slices, the cooperative budget, fork-join).
 //
-// Each tick (every service_interval / 4, at least 25 µs; the monitor sleeps between ticks):
+// How often it ticks: finely (every service_interval / 4, at least 25 µs) while anything needs
+// the coarse clock to that resolution, relaxed (at most a service interval apart) otherwise. A
+// tick is a wake-up of this thread, which costs a context switch (10-20 µs in a VM): at 4,000 a
+// second beside a busy I/O server it was ~10 % of the server's CPU time (io.md, "The monitor's
+// tick"). Fine ticks while any of these holds at a tick:
+//   - an awake executor is inside a runnable that began before the last tick (its progress did
+//     not move): steps 3 and 4 time it, to a fine tick;
+//   - an executor asked for a ping at a deadline (fork-join with latent work, step 4);
+//   - a layer holds a fine-time claim (runtime_core::claim_fine_time: actors, whose run times
+//     and slices are read on the coarse clock).
+// (The watcher's thresholds are tens of milliseconds; its task sweep goes a step per tick, so
+// a pass takes up to 4x longer in time while ticks are relaxed.)
+// Otherwise every awake executor runs short runnables and services on its own (after `budget`
+// runnables, or when the coarse clock says a service interval passed): the next tick is when
+// the earliest of their next services falls due (its last service, or its wake-up if later,
+// plus a service interval), at least a fine tick and at most a service interval from now. So
+// the service bound holds as with fine ticks (a service interval plus a fine tick, plus one
+// runnable); what a relaxed tick loosens is the coarse clock's age between services (up to a
+// service interval: a runnable of that length that began just after a relaxed tick is noticed
+// at the next, which then ticks finely) and the first ping of a fork-join that began between
+// two relaxed ticks (at the next one: a service interval at most).
+//
+// Each tick (the monitor sleeps between ticks):
 //   1. coarse clock: runtime_core::coarse_now_ns() := monotonic now (relaxed store; readers
 //      accept a value up to one tick old, so every time bound below holds within one tick);
 //   2. utilisation (C8, load.md): for each executor, busy time (awake, not parked) over the
@@ -131,6 +153,8 @@ class runtime_monitor {
   void stop() noexcept;
   // An executor stopped parking: if the monitor sleeps because everyone was parked, wake it.
   void executor_awake() noexcept;
+  // A fine-time claim was made (runtime_core::claim_fine_time): tick now, and finely from then.
+  void wake_for_fine_time() noexcept;
   // Ticks so far (tests use it to wait for the monitor to have looked at something).
   std::uint64_t ticks() const noexcept { return ticks_.load(std::memory_order_relaxed); }
   // Idle trims of the frame depot that gave something back (see "Idle" above).
@@ -156,6 +180,8 @@ class runtime_monitor {
   void sample_utilisation(std::uint32_t index, std::uint64_t now) noexcept;
   void watch_progress(std::uint32_t index, std::uint64_t now) noexcept;
   void send_pings(std::uint32_t count, std::uint64_t now) noexcept;
+  // When the next relaxed tick is due (see "How often it ticks"), or 0 if fine ticks are needed.
+  std::uint64_t relaxed_tick_at(std::uint64_t now, std::uint64_t relaxed_tick_ns) noexcept;
   void sleep_while_all_parked() noexcept;
   // Everyone has been parked for `idle_ns`: trims the frame depot (see "Idle" above).
   void trim_idle_frame_depot(std::uint64_t idle_ns) noexcept;
