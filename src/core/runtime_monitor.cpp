@@ -115,6 +115,9 @@ std::uint64_t runtime_monitor::relaxed_tick_at(std::uint64_t now,
     if (e.ping_deadline_ns_.load(std::memory_order_relaxed) != 0) return 0;
     const std::uint64_t awake_since = e.awake_since_ns_.load(std::memory_order_relaxed);
     if (awake_since == 0) continue;  // parked: nothing falls due
+    // Added (runtime_core::add_executor) since this tick read the count: it has no view yet
+    // (views_ holds one per executor the tick saw). Tick finely; the next tick looks at it.
+    if (i >= views_.size()) return 0;
     // Inside a runnable that began before this tick's look (its progress did not move since the
     // last tick): it may be a long one, and the steps that watch for those need fine ticks.
     if (views_[i].progress_since_ns != now &&

@@ -6,6 +6,7 @@
 #include <spindle/spindle.hpp>
 #include <spindle/core/executor.hpp>
 #include <spindle/core/runtime_core.hpp>
+#include <spindle/net/unix.hpp>
 
 #include <gtest/gtest.h>
 
@@ -200,6 +201,42 @@ TEST(RuntimeMonitor, TicksRelaxWhileExecutorsRunShortRunnablesAndAreFineForALong
   release.store(true);
   spinner.join();
   EXPECT_TRUE(flagged);
+}
+
+spindle::task<std::size_t> read_until_closed(spindle::net::unix_stream stream) {
+  std::byte byte[1];
+  co_return co_await stream.read(byte);
+}
+
+// Executors added while the monitor ticks relaxed (the one executor runs short runnables): the
+// tick sizes its per-executor views to the count it read; relaxed_tick_at read the count again
+// and indexed the views of an executor added in between: a read out of bounds, silent in a
+// release build; with runtime_monitor.cpp built with -D_GLIBCXX_ASSERTIONS this test aborted
+// (`__n < this->size()` in relaxed_tick_at) in 3 runs of 3 before the fix.
+// A read in flight makes the monitor read every executor's CPU times once per contention window
+// (runtime_monitor.hpp, step 6), which widens the gap between the two reads.
+TEST(RuntimeMonitor, ExecutorsAddedWhileTheTickIsRelaxedAreWatched) {
+  constexpr std::uint32_t added = 120;
+  for (int round = 0; round < 10; ++round) {
+    spindle::runtime rt({.workers = 1, .max_executors = added + 1});
+    auto [reading_end, writing_end] =
+        rt.block_on([]() -> spindle::task<std::pair<spindle::net::unix_stream,
+                                                    spindle::net::unix_stream>> {
+          co_return spindle::net::unix_stream::pair();
+        }());
+    auto reader = rt.spawn_on(0, read_until_closed(std::move(reading_end)));
+    std::atomic<bool> stop{false};
+    auto yielder = rt.spawn_on(0, yield_until(stop));
+    for (std::uint32_t i = 0; i < added; ++i) rt.add_executor();
+    // Every executor, the added ones included, still runs what is addressed to it.
+    for (std::uint32_t i = 0; i < rt.executor_count(); i += 17) {
+      EXPECT_EQ(join_bounded(rt.spawn_on(i, where_am_i())), i);
+    }
+    stop.store(true);
+    join_bounded(std::move(yielder));
+    writing_end = {};  // closed: the read returns 0
+    EXPECT_EQ(join_bounded(std::move(reader)), 0u);
+  }
 }
 
 TEST(ServiceInterval, OptionsAreValidated) {
