@@ -3,7 +3,9 @@
 #   release     all tests: unit, stress, Relacy models, package consumer, example programs
 #   tsan        unit + stress under ThreadSanitizer
 #               (TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1", set by the tsan test preset)
-#   asan-ubsan  unit tests under AddressSanitizer + UBSan
+#   asan-ubsan  unit tests under AddressSanitizer + UBSan, libstdc++ assertions on (bounds of
+#               vector/span/array indexing: an index past size() but within capacity is no ASan
+#               report)
 #   clang-release  unit, package, example and guide tests, built by clang 19 (the second
 #               compiler); no Relacy models or stress tests (CI's 40 minutes; release and tsan
 #               run the stress tests)

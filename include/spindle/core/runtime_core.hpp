@@ -292,9 +292,9 @@ class runtime_core final : public scheduler {
   }
   void unpark_all() noexcept;
   // The monitor's coarse clock (runtime_monitor.hpp): steady-clock nanoseconds, at most one
-  // monitor tick old while any executor is awake (service_interval / 4 while anything needs fine
-  // time, at most a service interval otherwise: runtime_monitor.hpp, "How often it ticks"). Real time, never the
-  // injected clock: it measures busy time. One relaxed load.
+  // monitor tick old while any executor is awake (service_interval / 4 while anything needs
+  // fine time, at most a service interval otherwise: runtime_monitor.hpp, "How often it
+  // ticks"). Real time, never the injected clock: it measures busy time. One relaxed load.
   std::uint64_t coarse_now_ns() const noexcept {
     return coarse_now_ns_.load(std::memory_order_relaxed);  // relaxed: a sample of the time
   }

@@ -33,10 +33,10 @@
 // the earliest of their next services falls due (its last service, or its wake-up if later,
 // plus a service interval), at least a fine tick and at most a service interval from now. So
 // the service bound holds as with fine ticks (a service interval plus a fine tick, plus one
-// runnable); what a relaxed tick loosens is the coarse clock's age between services (up to a
-// service interval: a runnable of that length that began just after a relaxed tick is noticed
-// at the next, which then ticks finely) and the first ping of a fork-join that began between
-// two relaxed ticks (at the next one: a service interval at most).
+// runnable). What a relaxed tick loosens: the coarse clock's age between services (up to a
+// service interval), and for a runnable that becomes long between two relaxed ticks, the first
+// look at it (at the next one, which then ticks finely): its long-runnable flag, the rescue of
+// its due timers and the first ping of its fork-join come up to a service interval later.
 //
 // Each tick (the monitor sleeps between ticks):
 //   1. coarse clock: runtime_core::coarse_now_ns() := monotonic now (relaxed store; readers
