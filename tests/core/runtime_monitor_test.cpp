@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <thread>
 
 #include "support/test_support.hpp"
@@ -31,15 +32,22 @@ void spin_until_released(const std::atomic<bool>& release, steady::duration limi
   while (!release.load() && steady::now() < give_up) spindle::core::cpu_relax();
 }
 
+// Spawns one runnable that spins (never suspends) until `release` is set, and returns once it
+// runs. `running` is shared: the runnable sets it after this function may have returned.
+spindle::join_handle<void> spawn_spinning(spindle::runtime& rt, const std::atomic<bool>& release) {
+  auto running = std::make_shared<std::atomic<bool>>(false);
+  auto spinner = rt.spawn([&release, running] {
+    running->store(true);
+    spin_until_released(release, 10s);
+  });
+  spin_until([&running] { return running->load(); });
+  return spinner;
+}
+
 TEST(RuntimeMonitor, UtilisationReadsBusyWhileInsideOneRunnable) {
   spindle::runtime rt({.workers = 1});
   std::atomic<bool> release{false};
-  std::atomic<bool> running{false};
-  auto spinner = rt.spawn([&] {
-    running.store(true);
-    spin_until_released(release, 10s);
-  });
-  spin_until([&] { return running.load(); });
+  auto spinner = spawn_spinning(rt, release);
   // Before the runnable returns (today's bug: 0.00 for ~1.5 s, so P2C sent work there).
   const bool busy = eventually([&] { return utilisation_of(rt, 0) > 0.5; }, 5s);
   const bool flagged =
@@ -190,12 +198,7 @@ TEST(RuntimeMonitor, TicksRelaxWhileExecutorsRunShortRunnablesAndAreFineForALong
   // Straight after: one runnable that does not return. The next (relaxed) tick sees it inside a
   // runnable and ticks finely again; it is flagged as a long runnable.
   std::atomic<bool> release{false};
-  std::atomic<bool> running{false};
-  auto spinner = rt.spawn([&] {
-    running.store(true);
-    spin_until_released(release, 10s);
-  });
-  spin_until([&] { return running.load(); });
+  auto spinner = spawn_spinning(rt, release);
   const bool flagged =
       eventually([&] { return rt.core().executor_at(0).in_long_runnable(); }, 5s);
   release.store(true);
