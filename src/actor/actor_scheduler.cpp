@@ -905,7 +905,8 @@ actor_system::actor_system(core::runtime_core& core, actor_system_options option
       },
       this);
   // Run times and slices are read on the coarse clock, to a quarter of a service interval
-  // (actor_scheduler.hpp, "time"): the monitor ticks that finely while this system exists.
+  // (actor_scheduler.hpp, first comment): the monitor ticks that finely while this system
+  // exists. Last: nothing below may throw once the claim is held (the destructor releases it).
   core.claim_fine_time();
 }
 

@@ -185,7 +185,9 @@ void runtime_core::start(std::shared_ptr<runtime_core> self) {
 }
 
 void runtime_core::claim_fine_time() noexcept {
-  fine_time_claims_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a count the monitor samples
+  // relaxed: a count the monitor samples; it publishes nothing. The monitor object lives as long
+  // as this core (stopped, not destroyed, at shutdown), so it may be woken at any time.
+  fine_time_claims_.fetch_add(1, std::memory_order_relaxed);
   monitor_->wake_for_fine_time();
 }
 

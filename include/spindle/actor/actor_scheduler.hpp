@@ -5,7 +5,8 @@
 // plus what a handler charges) and a time slice (actor_system_options::time_slice, default the
 // runtime's service interval, 1 ms: Erlang's slice is about as long). Time is read on the
 // runtime monitor's coarse clock (runtime_core::coarse_now_ns: one relaxed load, at most a
-// quarter of the service interval old), once per message and once per run. The monitor is a
+// quarter of the service interval old: the actor system holds a fine-time claim, so the
+// monitor's tick never relaxes under actors), once per message and once per run. The monitor is a
 // thread like any other, and on a machine whose CPUs the workers keep busy it was seen not to
 // run for 5-13 ms; a hungry run, then bounded by its reductions alone, lasted 10 ms. So a run
 // also reads the steady clock every `messages_per_clock_check` messages (a run of fewer reads
@@ -80,15 +81,15 @@
 // them). With w the actor's own weight, it moves to the least loaded sample when
 //       queued here + w >= queued there + 2 w
 // (hysteresis: after the move the target holds no more than the source did, so moving back
-// does not pay; with less than w queued here nothing is sampled), the actor is not pinned, has no I/O in flight and ran at least
-// `migration_cooldown_runs` times and for a time slice (coarse clock) since it last moved. The
-// time part is for chatty actors: hundreds of them, each run a message of a microsecond, make
-// the queued work of two wheels swing past each other at nearly every wake, and with a
-// cooldown in runs alone every actor moved as often as it allowed (Savina's chameneos and big
-// on 2 workers: 111k migrations in 452k runs, 290k in 1.27M, slower than on 1 worker;
-// docs/design/benchmarks.md). A hungry actor's 4 runs take a time slice anyway. The handover is an inter-executor
-// message (M1): the receiving executor schedules it N segments forward (or at once if it was
-// woken).
+// does not pay; with less than w queued here nothing is sampled), the actor is not pinned, has
+// no I/O in flight and ran at least `migration_cooldown_runs` times and for a time slice
+// (coarse clock) since it last moved. The time part is for chatty actors: hundreds of them,
+// each run a message of a microsecond, make the queued work of two wheels swing past each other
+// at nearly every wake, and with a cooldown in runs alone every actor moved as often as it
+// allowed (Savina's chameneos and big on 2 workers: 111k migrations in 452k runs, 290k in
+// 1.27M, slower than on 1 worker; docs/design/benchmarks.md). A hungry actor's 4 runs take a
+// time slice anyway. The handover is an inter-executor message (M1): the receiving executor
+// schedules it N segments forward (or at once if it was woken).
 //
 // A stuck executor (issue 13: "a stuck executor holds nothing but itself"): only an actor's
 // home wheel runs it, so an executor inside a long runnable (a task running a fork-join

@@ -328,7 +328,8 @@ class runtime_core final : public scheduler {
   // executors do. A claim wakes the monitor, so it holds from the next tick on.
   void claim_fine_time() noexcept;
   void release_fine_time() noexcept {
-    fine_time_claims_.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a count the monitor samples
+    // relaxed: a count the monitor samples; it publishes nothing.
+    fine_time_claims_.fetch_sub(1, std::memory_order_relaxed);
   }
   bool fine_time_claimed() const noexcept {
     return fine_time_claims_.load(std::memory_order_relaxed) != 0;  // relaxed: a sample

@@ -8,12 +8,14 @@
 // clock_gettime ~20 ns, rdtsc ~7 ns per runnable on this machine).
 //
 // Who takes part
-//   - the monitor thread: owns `state_` (per executor: the progress it last saw and since when,
-//     the busy time it last sampled); the single writer of the runtime's coarse clock, of every
-//     executor's `utilisation` and of every executor's `in_long_runnable` flag;
-//   - executors: publish `progress` (runnables completed), `awake_since_ns` and `busy_total_ns`
-//     (executor.hpp); read the coarse clock after each runnable (service interval) and the
-//     long-runnable flags of others (stealing, rescue);
+//   - the monitor thread: owns `views_` (per executor: the progress it last saw and since when,
+//     the busy time it last sampled); the main writer of the runtime's coarse clock (a waking
+//     executor and a long actor run also move it forward: runtime_core::advance_coarse_clock),
+//     the single writer of every executor's `utilisation` and `in_long_runnable` flag;
+//   - executors: publish `progress` (runnables completed), `awake_since_ns`, `busy_total_ns`
+//     and `last_service_at_ns` (executor.hpp); read the coarse clock after each runnable
+//     (service interval) and the long-runnable flags of others (stealing, rescue);
+//   - layers above: hold fine-time claims (runtime_core::claim_fine_time; the actor system);
 //   - anyone: reads the coarse clock (actor slices, the cooperative budget, fork-join).
 //
 // How often it ticks: finely (every service_interval / 4, at least 25 µs) while anything needs
